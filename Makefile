@@ -1,0 +1,49 @@
+# The two commands a researcher needs:
+#   make reproduce   set up .venv if missing, fetch offline data, run the whole DVC pipeline
+#   make test        set up .venv if missing, run unit + integration tests and nbval on notebooks/
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.pflkit-installed
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+export PYTHONDONTWRITEBYTECODE := 1
+
+NBVAL := --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
+
+.PHONY: reproduce test setup kernel data notebooks bench validate clean
+
+# torch==2.13.0 first: the CPU build this workplace serves locally (a bare `torch` pulls CUDA wheels)
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+kernel: $(STAMP)
+	@$(PY) -m ipykernel install --user --name pflkit --display-name "Python (pflkit)" >/dev/null
+
+setup: $(STAMP) kernel
+
+data: setup
+	@bash scripts/fetch_offline_data.sh
+
+validate: setup
+	$(PY) -m pflkit validate
+
+reproduce: setup data validate
+	dvc repro
+
+test: setup data
+	$(PY) -m pytest tests notebooks $(NBVAL)
+
+# rebuild every notebook from its py:percent twin and store its smoke outputs (nbval references)
+notebooks: setup
+	$(PY) -m pflkit notebooks refresh
+
+bench: setup
+	$(PY) benchmarks/fedavg_round.py
+
+clean:
+	rm -rf build .pytest_cache

@@ -1,0 +1,57 @@
+"""Command line: ``python -m pflkit {stage,validate,notebooks} ...``."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="pflkit", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("stage", help="run one notebook stage at params.yaml scale (what dvc.yaml calls)")
+    p.add_argument("stage")
+    p.add_argument("notebook")
+    p.add_argument("--params", default="params.yaml")
+
+    p = sub.add_parser("validate", help="check every section of params.yaml; run nothing")
+    p.add_argument("params", nargs="?", default="params.yaml")
+
+    p = sub.add_parser("notebooks", help="notebook twins: refresh (py -> executed ipynb) or check")
+    p.add_argument("action", choices=["refresh", "check"])
+    p.add_argument("paths", nargs="*", help="py:percent twins to refresh (default: all)")
+
+    args = parser.parse_args(argv)
+    from .config import ConfigError
+
+    try:
+        if args.command == "stage":
+            from .notebooks import run_stage
+            print(f"{args.stage}: wrote {run_stage(args.stage, args.notebook, args.params)}")
+        elif args.command == "validate":
+            from .config import load_params, validate_all
+            problems = validate_all(load_params(args.params))
+            if problems:
+                print("\n".join(problems), file=sys.stderr)
+                return 1
+            print(f"{args.params}: every section is valid")
+        elif args.command == "notebooks":
+            from pathlib import Path
+
+            from .notebooks import check_twins, refresh
+            from .paths import project_root
+            if args.action == "check":
+                problems = check_twins()
+                print("\n".join(problems) or "every notebook matches its py:percent twin")
+                return 1 if problems else 0
+            paths = args.paths or sorted(str(p) for p in (project_root() / "notebooks").rglob("*.py"))
+            for path in paths:
+                print(f"refreshed {refresh(Path(path))}")
+    except ConfigError as exc:
+        print(f"invalid configuration:\n{exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""Alone (local training), FedAvg / Local SGD (PERM Alg. 3) and localized FedAvg."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..data.federated import FederatedDataset
+from ..engine.functional import FunctionalModel
+from ..engine.local_sgd import local_sgd
+from ..engine.params import Params, broadcast, mean
+from .base import BaseState, check_batch_size, check_fraction, check_positive, eval_generator
+
+
+@dataclass
+class LocalState(BaseState):
+    params: Params  # [N, ..]
+
+
+class Local:
+    """Every client trains its own model on its own data; no communication ("Alone")."""
+
+    name = "Local"
+
+    def __init__(self, model: FunctionalModel, *, local_steps: int, lr: float, batch_size: int):
+        self.model = model
+        self.local_steps = check_positive("local_steps", local_steps, integer=True)
+        self.lr = check_positive("lr", lr)
+        self.batch_size = check_batch_size(batch_size)
+
+    def init(self, data: FederatedDataset, seed: int) -> LocalState:
+        w0 = self.model.init(seed)
+        return LocalState(data, torch.Generator().manual_seed(seed), seed, 0,
+                          broadcast(w0, data.num_clients))
+
+    def round(self, s: LocalState) -> LocalState:
+        clients = torch.arange(s.data.num_clients)
+        params, _ = local_sgd(self.model, s.params, s.data, clients, steps=self.local_steps, lr=self.lr,
+                              batch_size=self.batch_size, generator=s.generator)
+        return LocalState(s.data, s.generator, s.seed, s.round + 1, params)
+
+    def personalized(self, s: LocalState) -> Params:
+        return s.params
+
+
+@dataclass
+class FedAvgState(BaseState):
+    w: Params  # the global model, no leading dim
+
+
+class FedAvg:
+    """Local SGD / FedAvg: broadcast w, K local SGD steps on each participating client, average.
+
+    ``weighting='uniform'`` averages with 1/M as in PERM's Alg. 3; ``'samples'`` weights by n_j
+    (McMahan et al.). ``radius`` projects w onto the l2 ball W after each round (Alg. 3's optional
+    projection; ``None`` = off). Its personalized model is the global model for every client.
+    """
+
+    name = "FedAvg"
+
+    def __init__(self, model: FunctionalModel, *, local_steps: int, lr: float, batch_size: int | None,
+                 client_fraction: float = 1.0, weighting: str = "uniform", radius: float | None = None):
+        self.model = model
+        self.local_steps = check_positive("local_steps", local_steps, integer=True)
+        self.lr = check_positive("lr", lr)
+        self.batch_size = check_batch_size(batch_size)
+        self.client_fraction = check_fraction("client_fraction", client_fraction)
+        if weighting not in ("uniform", "samples"):
+            raise ValueError(f"weighting must be 'uniform' or 'samples', got {weighting!r}")
+        self.weighting = weighting
+        self.radius = None if radius is None else check_positive("radius", radius)
+
+    def init(self, data: FederatedDataset, seed: int) -> FedAvgState:
+        return FedAvgState(data, torch.Generator().manual_seed(seed), seed, 0, self.model.init(seed))
+
+    def participants(self, s: FedAvgState) -> torch.Tensor:
+        n = s.data.num_clients
+        if self.client_fraction >= 1.0:
+            return torch.arange(n)
+        m = max(1, int(round(self.client_fraction * n)))
+        return torch.randperm(n, generator=s.generator)[:m].sort().values
+
+    def aggregate(self, s: FedAvgState, clients: torch.Tensor, local: Params) -> Params:
+        weights = s.data.train_sizes[clients].float() if self.weighting == "samples" else None
+        w = mean(local, weights)
+        if self.radius is not None:
+            norm = torch.sqrt(sum((v ** 2).sum() for v in w.values()))
+            if norm > self.radius:
+                w = {k: v * (self.radius / norm) for k, v in w.items()}
+        return w
+
+    def round(self, s: FedAvgState) -> FedAvgState:
+        clients = self.participants(s)
+        local, _ = local_sgd(self.model, broadcast(s.w, len(clients)), s.data, clients,
+                             steps=self.local_steps, lr=self.lr, batch_size=self.batch_size,
+                             generator=s.generator)
+        return FedAvgState(s.data, s.generator, s.seed, s.round + 1, self.aggregate(s, clients, local))
+
+    def personalized(self, s: FedAvgState) -> Params:
+        return broadcast(s.w, s.data.num_clients)
+
+
+class LocalizedFedAvg(FedAvg):
+    """FedAvg whose global model is fine-tuned on each client's *training* data for
+    ``finetune_steps`` SGD steps (lr ``finetune_lr``) before evaluation."""
+
+    name = "Localized FedAvg"
+
+    def __init__(self, model: FunctionalModel, *, finetune_steps: int, finetune_lr: float, **kwargs):
+        super().__init__(model, **kwargs)
+        self.finetune_steps = check_positive("finetune_steps", finetune_steps, integer=True)
+        self.finetune_lr = check_positive("finetune_lr", finetune_lr)
+
+    def personalized(self, s: FedAvgState) -> Params:
+        n = s.data.num_clients
+        tuned, _ = local_sgd(self.model, broadcast(s.w, n), s.data, torch.arange(n),
+                             steps=self.finetune_steps, lr=self.finetune_lr,
+                             batch_size=self.batch_size, generator=eval_generator(s))
+        return tuned

@@ -1,0 +1,190 @@
+"""FederatedDataset: every client's samples in one flat store plus offsets.
+
+All clients' train samples live in one tensor ``x_train`` ([n_total, *features]); client ``j`` owns
+rows ``train_offsets[j] : train_offsets[j] + train_sizes[j]`` (the same for test). A minibatch for
+every model in a federation is therefore a single gather: ``x_train[indices]``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+@dataclass
+class FederatedDataset:
+    x_train: Tensor
+    y_train: Tensor
+    train_offsets: Tensor  # [N] int64, CPU
+    train_sizes: Tensor  # [N] int64, CPU
+    x_test: Tensor
+    y_test: Tensor
+    test_offsets: Tensor
+    test_sizes: Tensor
+    num_classes: int
+    name: str  # the data that actually ran (e.g. "fashion-mnist")
+    paper_dataset: str | None = None  # what the paper used, when a substitute ran instead
+    groups: Tensor | None = None  # optional ground-truth client groups (synthetic data)
+    _padded: dict = field(default_factory=dict, repr=False, compare=False)
+
+    # ----------------------------------------------------------------- construction
+    @classmethod
+    def from_client_arrays(
+        cls,
+        train: Sequence[tuple[np.ndarray | Tensor, np.ndarray | Tensor]],
+        test: Sequence[tuple[np.ndarray | Tensor, np.ndarray | Tensor]],
+        num_classes: int,
+        name: str,
+        paper_dataset: str | None = None,
+        groups: Sequence[int] | None = None,
+    ) -> "FederatedDataset":
+        if len(train) != len(test):
+            raise ValueError(f"train has {len(train)} clients but test has {len(test)}")
+        if len(train) < 1:
+            raise ValueError("a FederatedDataset needs at least one client")
+        xtr, ytr, otr, ntr = _concat(train, "train")
+        xte, yte, ote, nte = _concat(test, "test")
+        return cls(
+            xtr, ytr, otr, ntr, xte, yte, ote, nte, int(num_classes), name, paper_dataset,
+            None if groups is None else torch.as_tensor(groups, dtype=torch.long),
+        )
+
+    @classmethod
+    def from_partition(
+        cls,
+        x: np.ndarray | Tensor,
+        y: np.ndarray | Tensor,
+        parts: Sequence[np.ndarray],
+        num_classes: int,
+        name: str,
+        test_fraction: float = 0.2,
+        seed: int = 0,
+        paper_dataset: str | None = None,
+    ) -> "FederatedDataset":
+        """Split each client's index set into train/test (stratification-free, seeded)."""
+        if not 0.0 < test_fraction < 1.0:
+            raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+        rng = np.random.default_rng(seed)
+        train, test = [], []
+        for j, idx in enumerate(parts):
+            idx = np.asarray(idx)
+            if len(idx) < 2:
+                raise ValueError(f"client {j} has {len(idx)} samples; each client needs >= 2 "
+                                 "(one train, one test)")
+            idx = rng.permutation(idx)
+            n_test = min(max(1, int(round(test_fraction * len(idx)))), len(idx) - 1)
+            test.append((x[idx[:n_test]], y[idx[:n_test]]))
+            train.append((x[idx[n_test:]], y[idx[n_test:]]))
+        return cls.from_client_arrays(train, test, num_classes, name, paper_dataset)
+
+    # ----------------------------------------------------------------- basic facts
+    @property
+    def num_clients(self) -> int:
+        return int(self.train_sizes.numel())
+
+    @property
+    def device(self) -> torch.device:
+        return self.x_train.device
+
+    @property
+    def feature_shape(self) -> tuple[int, ...]:
+        return tuple(self.x_train.shape[1:])
+
+    @property
+    def is_substitute(self) -> bool:
+        return self.paper_dataset is not None and self.paper_dataset != self.name
+
+    @property
+    def label(self) -> str:
+        """Human-readable dataset name; names the substitute honestly."""
+        if self.is_substitute:
+            return f"{self.name} (substitute for {self.paper_dataset})"
+        return self.name
+
+    def to(self, device: str | torch.device) -> "FederatedDataset":
+        device = torch.device(device)
+        return replace(
+            self,
+            x_train=self.x_train.to(device), y_train=self.y_train.to(device),
+            x_test=self.x_test.to(device), y_test=self.y_test.to(device), _padded={},
+        )
+
+    def client(self, j: int, split: str = "train") -> tuple[Tensor, Tensor]:
+        x, y, off, size = self._split(split)
+        a, b = int(off[j]), int(off[j] + size[j])
+        return x[a:b], y[a:b]
+
+    def _split(self, split: str):
+        if split == "train":
+            return self.x_train, self.y_train, self.train_offsets, self.train_sizes
+        if split == "test":
+            return self.x_test, self.y_test, self.test_offsets, self.test_sizes
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+
+    # ----------------------------------------------------------------- sampling
+    def sample_indices(self, clients: Tensor, batch_size: int, generator: torch.Generator) -> Tensor:
+        """Uniform with-replacement minibatch indices into ``x_train``.
+
+        ``clients`` is any integer tensor of client ids (e.g. [steps, models]); the result has shape
+        ``clients.shape + (batch_size,)`` and lives on the data's device. Draws use ``generator``
+        (a CPU generator), so they are identical on every device.
+        """
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+        clients = torch.as_tensor(clients, dtype=torch.long).cpu()
+        sizes = self.train_sizes[clients].unsqueeze(-1)
+        u = torch.rand(*clients.shape, batch_size, generator=generator, dtype=torch.float64)
+        local = torch.minimum((u * sizes).long(), sizes - 1)
+        return (self.train_offsets[clients].unsqueeze(-1) + local).to(self.device)
+
+    def padded(self, split: str = "test") -> tuple[Tensor, Tensor, Tensor]:
+        """All clients' ``split`` data as [N, max_n, ...] with a boolean mask [N, max_n] (cached)."""
+        if split not in self._padded:
+            x, y, off, size = self._split(split)
+            n_max = int(size.max())
+            pos = torch.arange(n_max)
+            mask = pos.unsqueeze(0) < size.unsqueeze(1)
+            idx = torch.where(mask, off.unsqueeze(1) + pos.unsqueeze(0), off.unsqueeze(1))
+            idx = idx.to(x.device)
+            self._padded[split] = (x[idx], y[idx], mask.to(x.device))
+        return self._padded[split]
+
+    def label_counts(self, split: str = "train") -> Tensor:
+        """[N, num_classes] label histogram per client."""
+        _, y, off, size = self._split(split)
+        owner = torch.repeat_interleave(torch.arange(self.num_clients), size).to(y.device)
+        counts = torch.zeros(self.num_clients, self.num_classes, dtype=torch.long, device=y.device)
+        counts.index_put_((owner, y), torch.ones_like(y), accumulate=True)
+        return counts.cpu()
+
+    def summary(self) -> dict:
+        return {
+            "dataset": self.name,
+            "paper_dataset": self.paper_dataset or self.name,
+            "is_substitute": self.is_substitute,
+            "num_clients": self.num_clients,
+            "num_classes": self.num_classes,
+            "train_samples": int(self.train_sizes.sum()),
+            "test_samples": int(self.test_sizes.sum()),
+            "train_per_client_min": int(self.train_sizes.min()),
+            "train_per_client_max": int(self.train_sizes.max()),
+        }
+
+
+def _concat(pairs, split):
+    xs, ys = [], []
+    for j, (x, y) in enumerate(pairs):
+        x = torch.as_tensor(np.asarray(x) if not isinstance(x, Tensor) else x)
+        y = torch.as_tensor(np.asarray(y) if not isinstance(y, Tensor) else y)
+        if len(x) != len(y):
+            raise ValueError(f"client {j} {split}: {len(x)} inputs but {len(y)} labels")
+        if len(x) == 0:
+            raise ValueError(f"client {j} has no {split} samples")
+        xs.append(x.float())
+        ys.append(y.long())
+    sizes = torch.tensor([len(y) for y in ys], dtype=torch.long)
+    offsets = torch.cumsum(sizes, 0) - sizes
+    return torch.cat(xs), torch.cat(ys), offsets, sizes

@@ -1,0 +1,28 @@
+import numpy as np
+import pytest
+import torch
+
+from pflkit.data import FederatedDataset
+
+
+def make_mixed_clients(sizes=(7, 23, 3, 41, 12), dim=6, num_classes=3, seed=0, test=5):
+    """Clients of unequal sizes with client-specific label rules."""
+    rng = np.random.default_rng(seed)
+    train, test_ = [], []
+    for j, n in enumerate(sizes):
+        w = rng.standard_normal((dim, num_classes))
+        for count, bucket in ((n, train), (test, test_)):
+            x = rng.standard_normal((count, dim)).astype(np.float32)
+            bucket.append((x, (x @ w).argmax(1)))
+    return FederatedDataset.from_client_arrays(train, test_, num_classes, "mixed-test")
+
+
+@pytest.fixture
+def mixed():
+    return make_mixed_clients()
+
+
+@pytest.fixture(autouse=True)
+def _threads():
+    torch.set_num_threads(1)
+    yield

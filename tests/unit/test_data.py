@@ -1,0 +1,82 @@
+"""Partitioners, the PERM synthetic generator, and FederatedDataset bookkeeping."""
+import numpy as np
+import pytest
+
+from pflkit.data import FederatedDataset, classes_per_client, dirichlet, iid, partition, perm_synthetic
+from pflkit.data.synthetic import perm_synthetic_arrays
+
+LABELS = np.repeat(np.arange(10), 100)
+
+
+def test_iid_deals_everything_once():
+    parts = iid(LABELS, 7, seed=0)
+    assert sorted(np.concatenate(parts).tolist()) == list(range(1000))
+    assert {len(p) for p in parts} <= {142, 143}
+    assert all(len(np.unique(LABELS[p])) == 10 for p in parts)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_classes_per_client(k):
+    parts = classes_per_client(LABELS, 20, k, seed=1)
+    assert len(parts) == 20
+    assert all(len(np.unique(LABELS[p])) == k for p in parts)
+    assert len(np.unique(np.concatenate(parts))) == sum(len(p) for p in parts)  # disjoint
+
+
+def test_dirichlet_skew_grows_as_beta_shrinks():
+    def mean_max_share(beta):
+        parts = dirichlet(LABELS, 10, beta, seed=0)
+        return np.mean([np.bincount(LABELS[p], minlength=10).max() / len(p) for p in parts])
+    assert mean_max_share(0.05) > 0.6 > mean_max_share(100.0) + 0.3
+    assert min(len(p) for p in dirichlet(LABELS, 10, 0.1, seed=3)) >= 2
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: classes_per_client(LABELS, 5, 11), r"classes_per_client must be in \[1, 10\]"),
+    (lambda: iid(LABELS, 2000), "num_clients=2000 exceeds the 1000 samples"),
+    (lambda: dirichlet(LABELS, 5, 0.0), "beta must be > 0"),
+    (lambda: partition(LABELS, 5, "shards"), "partition scheme must be one of"),
+])
+def test_partition_errors(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_perm_synthetic_matches_spec():
+    x, y, group, w = perm_synthetic_arrays(num_clients=40, samples_per_client=2000, dim=8, seed=0)
+    assert x.shape == (40, 2000, 8) and y.shape == (40, 2000)
+    assert (group[:20] == 0).all() and (group[20:] == 1).all()
+    x0, x1 = x[:20].reshape(-1, 8), x[20:].reshape(-1, 8)
+    np.testing.assert_allclose(x0.mean(0), 0.2, atol=0.01)
+    np.testing.assert_allclose(x1.mean(0), -0.2, atol=0.01)
+    np.testing.assert_allclose(x0.var(0), np.arange(1, 9) ** -1.2, rtol=0.03)
+    np.testing.assert_allclose(x1.var(0), np.arange(1, 9) ** -1.2, rtol=0.03)
+    # one labelling vector; the rule flips between the groups
+    assert ((x[:20] @ w > 0) == (y[:20] == 1)).all()
+    assert ((x[20:] @ w < 0) == (y[20:] == 1)).all()
+    # w ~ N(0.1, I): a different seed gives another w, the same seed the same data
+    assert not np.allclose(w, perm_synthetic_arrays(40, 10, 8, seed=1)[3])
+    np.testing.assert_array_equal(x, perm_synthetic_arrays(40, 2000, 8, seed=0)[0])
+
+
+def test_perm_synthetic_federation():
+    data = perm_synthetic(10, 50, 5, test_fraction=0.2, seed=0)
+    assert data.num_clients == 10 and data.num_classes == 2
+    assert data.train_sizes.tolist() == [40] * 10 and data.test_sizes.tolist() == [10] * 10
+    assert data.groups.tolist() == [0] * 5 + [1] * 5
+    assert not data.is_substitute and data.label == "perm-synthetic"
+
+
+def test_substitute_is_labelled():
+    x = np.zeros((20, 3), np.float32)
+    y = np.arange(20) % 2
+    data = FederatedDataset.from_partition(x, y, iid(y, 4), 2, "fashion-mnist", paper_dataset="cifar10")
+    assert data.is_substitute
+    assert data.label == "fashion-mnist (substitute for cifar10)"
+    assert data.summary()["is_substitute"] is True
+
+
+def test_label_counts(mixed):
+    counts = mixed.label_counts()
+    assert counts.shape == (5, 3)
+    assert counts.sum(1).tolist() == mixed.train_sizes.tolist()

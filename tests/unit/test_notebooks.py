@@ -1,0 +1,32 @@
+"""Notebook hygiene: every notebook has its py:percent twin in step, stored smoke outputs for nbval,
+a compared metric table, a parameters cell, and a DVC stage that depends on the twin."""
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+from pflkit.notebooks import check_twins
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = sorted(p for p in (ROOT / "notebooks").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+STAGES = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+
+
+def test_twins_in_step():
+    assert check_twins(ROOT) == []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_notebook_is_ready_for_nbval_and_papermill(path):
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert any("parameters" in c.metadata.get("tags", []) for c in code), "no cell tagged parameters"
+    checked = [c for c in code if c.source.startswith("# NBVAL_CHECK_OUTPUT")]
+    assert checked and all(c.outputs for c in checked), "no stored metric table for nbval to compare"
+    assert not any(o.get("output_type") == "error" for c in code for o in c.outputs)
+    twin = str(path.with_suffix(".py").relative_to(ROOT))
+    users = [name for name, s in STAGES.items() if twin in s.get("deps", [])]
+    assert users, f"no dvc stage depends on {twin}"
+    for name in users:
+        assert str(path.relative_to(ROOT)) in STAGES[name]["cmd"]
