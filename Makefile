@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 kernel: $(STAMP)
-	@$(PY) -m ipykernel install --user --name pflkit --display-name "Python (pflkit)" >/dev/null
+	@$(PY) -m ipykernel install --sys-prefix --name pflkit --display-name "Python (pflkit)" >/dev/null
 
 setup: $(STAMP) kernel
 
