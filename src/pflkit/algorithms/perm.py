@@ -1,0 +1,272 @@
+"""PERM (Deng et al.): mixing weights alpha_i (eq. 2), model shuffling (Alg. 1), two-stage PERM
+(Alg. 3 + 1) and single-loop PERM (Alg. 2).
+
+**Mixing weights.** For client i and a global model w,
+
+    g_i(a) = sum_j a_j ||grad f_i(w) - grad f_j(w)||^2 + lambda sum_j a_j^2 / n_j,   a in the simplex.
+
+All N problems are solved at once, either exactly (``water_filling``: a_j = max(0, (tau - D_ij) n_j /
+(2 lambda)) with tau fixing the sum to 1) or by ``T_alpha`` steps of projected gradient descent
+(``projected_gd``, Euclidean projection onto the simplex, sort-based).
+
+**Shuffling and rounds.** An epoch draws a permutation sigma. In shuffle step j = 0..N-1, model i
+sits on client sigma((i + j) mod N) and takes K SGD steps with step eta * alpha_i(client) * N. Every
+client therefore hosts exactly one model per step, and every model visits every client once per
+epoch: the (step, model) -> client table is a Latin square. **One shuffle step is one communication
+round** (each client receives one model, does K local steps and sends it back, exactly the work of a
+FedAvg round), so an epoch is N rounds and every method in a figure is plotted per round.
+
+**Single loop (Alg. 2).** Every ``update_every`` rounds (default N = once per epoch), the global model
+takes ``global_steps`` minibatch SGD steps (M samples per client, lr gamma) and the alphas take
+``alpha_steps`` projected-GD steps on g_i(w, .), warm-started from their current values.
+``warmup_rounds`` of plain FedAvg may come first (the CIFAR-10 figure uses 10). **Two stage** is the
+same class with ``alpha_init='estimate'`` after the FedAvg warm-up (Alg. 3) and ``update_every=None``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..data.federated import FederatedDataset
+from ..engine.functional import FunctionalModel
+from ..engine.local_sgd import full_gradients, local_sgd
+from ..engine.params import Params, broadcast, flatten, mean
+from .base import BaseState, check_batch_size, check_positive
+
+ALPHA_SOLVERS = ("exact", "gd")
+ALPHA_INITS = ("uniform", "estimate")
+
+
+# --------------------------------------------------------------------------- mixing weights
+def discrepancies(grads: Tensor) -> Tensor:
+    """D_ij = ||g_i - g_j||^2 for client gradients stacked as rows [N, P]."""
+    g = grads.double()
+    sq = (g * g).sum(1)
+    d = sq[:, None] + sq[None, :] - 2.0 * g @ g.T
+    d.fill_diagonal_(0.0)
+    return d.clamp_min_(0.0)
+
+
+def _check_alpha_problem(d: Tensor, n: Tensor, lam: float):
+    if d.dim() != 2 or n.shape != (d.shape[1],):
+        raise ValueError(f"need D [N, N'] and n [N'], got {tuple(d.shape)} and {tuple(n.shape)}")
+    if not lam >= 0:
+        raise ValueError(f"lambda must be >= 0, got {lam!r}")
+    if (n <= 0).any():
+        raise ValueError("every client needs n_j > 0 samples")
+
+
+def objective(alpha: Tensor, d: Tensor, n: Tensor, lam: float) -> Tensor:
+    """g_i(alpha_i) for every row i."""
+    return (alpha * d).sum(1) + lam * (alpha ** 2 / n).sum(1)
+
+
+def water_filling(d: Tensor, n: Tensor, lam: float) -> Tensor:
+    """Exact minimizer of g_i over the simplex for every row of D (needs lambda > 0).
+
+    KKT: a_j = max(0, (tau - D_ij) c_j) with c_j = n_j / (2 lambda) and sum_j a_j = 1. With D's row
+    sorted ascending, the support is the first k entries for the largest k whose
+    tau_k = (1 + sum_{j<=k} c_j D_j) / sum_{j<=k} c_j exceeds D_(k).
+    """
+    d, n = d.double(), n.double().to(d.device)
+    _check_alpha_problem(d, n, lam)
+    if not lam > 0:
+        raise ValueError(f"water_filling needs lambda > 0 (lambda = 0 is a linear program), got {lam!r}")
+    c = n / (2.0 * lam)
+    order = d.argsort(1)
+    ds, cs = d.gather(1, order), c[order]
+    tau = (1.0 + (cs * ds).cumsum(1)) / cs.cumsum(1)
+    valid = tau > ds  # true on a prefix
+    k = valid.sum(1, keepdim=True).clamp_min(1) - 1
+    t = tau.gather(1, k)
+    return ((t - d).clamp_min(0.0) * c).to(torch.float64)
+
+
+def project_simplex(v: Tensor) -> Tensor:
+    """Euclidean projection of every row onto the probability simplex (sort-based, Duchi et al. 2008)."""
+    u, _ = v.sort(1, descending=True)
+    css = u.cumsum(1) - 1.0
+    ks = torch.arange(1, v.shape[1] + 1, device=v.device, dtype=v.dtype)
+    cond = u - css / ks > 0
+    rho = cond.sum(1, keepdim=True) - 1
+    theta = css.gather(1, rho) / (rho + 1).to(v.dtype)
+    return (v - theta).clamp_min(0.0)
+
+
+def projected_gd(d: Tensor, n: Tensor, lam: float, steps: int, init: Tensor | None = None,
+                 step_size: float | None = None) -> Tensor:
+    """``steps`` projected gradient steps on every g_i, from ``init`` (default uniform).
+
+    Default step: 1/L with L = 2 lambda / min_j n_j the smoothness of g_i (for lambda = 0, the step is
+    1 / max D, which moves mass towards the smallest discrepancies)."""
+    d, n = d.double(), n.double().to(d.device)
+    _check_alpha_problem(d, n, lam)
+    if steps < 0:
+        raise ValueError(f"alpha_steps must be >= 0, got {steps!r}")
+    a = torch.full_like(d, 1.0 / d.shape[1]) if init is None else init.double().clone()
+    if step_size is None:
+        step_size = float(n.min()) / (2.0 * lam) if lam > 0 else 1.0 / max(float(d.max()), 1e-12)
+    for _ in range(steps):
+        a = project_simplex(a - step_size * (d + 2.0 * lam * a / n))
+    return a
+
+
+def client_gradients(model: FunctionalModel, w: Params, data: FederatedDataset, samples: int | None,
+                     generator: torch.Generator) -> Tensor:
+    """grad f_j(w) for every client j as rows [N, P]: exact (``samples=None``) or from M samples."""
+    stacked = broadcast(w, data.num_clients)
+    if samples is None:
+        grads, _ = full_gradients(model, stacked, data)
+    else:
+        idx = data.sample_indices(torch.arange(data.num_clients), samples, generator)
+        grads, _ = model.batched_grad(stacked, data.x_train[idx], data.y_train[idx])
+    return flatten(grads)
+
+
+def mixing_weights(model: FunctionalModel, w: Params, data: FederatedDataset, lam: float, *,
+                   solver: str = "exact", steps: int = 100, samples: int | None = None,
+                   generator: torch.Generator | None = None, init: Tensor | None = None) -> Tensor:
+    """alpha [N, N] (row i = client i's weights over all clients) at the global model w."""
+    if solver not in ALPHA_SOLVERS:
+        raise ValueError(f"alpha solver must be one of {ALPHA_SOLVERS}, got {solver!r}")
+    gen = generator if generator is not None else torch.Generator().manual_seed(0)
+    d = discrepancies(client_gradients(model, w, data, samples, gen))
+    n = data.train_sizes.to(d.device)
+    if solver == "exact":
+        return water_filling(d, n, lam)
+    return projected_gd(d, n, lam, steps, init)
+
+
+# --------------------------------------------------------------------------- shuffling
+def shuffle_clients(sigma: Tensor, step: int) -> Tensor:
+    """Client of every model at shuffle step ``step``: model i -> sigma((i + step) mod N)."""
+    n = len(sigma)
+    return sigma[(torch.arange(n) + step) % n]
+
+
+def shuffle_steps(model: FunctionalModel, v: Params, data: FederatedDataset, alpha: Tensor, sigma: Tensor,
+                  step: int, *, local_steps: int, lr: float, batch_size: int | None,
+                  generator: torch.Generator) -> Params:
+    """One round of Alg. 1: every model moves to its client and takes K steps of size eta*alpha_i(c)*N."""
+    n = data.num_clients
+    clients = shuffle_clients(sigma, step)
+    scale = lr * n * alpha[torch.arange(n), clients.to(alpha.device)].float().to(data.device)
+    v, _ = local_sgd(model, v, data, clients, steps=local_steps, lr=scale, batch_size=batch_size,
+                     generator=generator)
+    return v
+
+
+# --------------------------------------------------------------------------- the algorithm
+@dataclass
+class PERMState(BaseState):
+    w: Params  # global model
+    v: Params | None  # personalized models [N, ..] (None during warm-up)
+    alpha: Tensor | None  # [N, N]
+    sigma: Tensor | None  # the current epoch's permutation
+    shuffle_round: int  # rounds since personalization started
+
+
+class PERM:
+    """Personalized ERM by model shuffling; see the module docstring for the round accounting.
+
+    lr: eta of the shuffling steps (the model-i step on client j is eta * alpha_i(j) * N).
+    global_lr / global_steps / alpha_samples: the single-loop global model update (gamma, steps, M).
+    lam: lambda of eq. (2). alpha_solver: 'exact' (water-filling) or 'gd' (alpha_steps projected steps).
+    warmup_rounds, warmup_lr: FedAvg rounds (K local steps each) before personalization starts.
+    alpha_init: 'uniform' (Alg. 2) or 'estimate' (Alg. 3: alpha at the warm-up model).
+    update_every: rounds between global-model + alpha updates (None: never, i.e. two-stage PERM;
+    default: N, once per epoch).
+    """
+
+    name = "PERM"
+
+    def __init__(self, model: FunctionalModel, *, local_steps: int, lr: float, batch_size: int | None,
+                 lam: float, alpha_solver: str = "gd", alpha_steps: int = 20, alpha_samples: int | None = None,
+                 global_lr: float = 0.1, global_steps: int = 1, warmup_rounds: int = 0,
+                 warmup_lr: float | None = None, alpha_init: str = "uniform",
+                 update_every: int | None | str = "epoch"):
+        self.model = model
+        self.local_steps = check_positive("local_steps", local_steps, integer=True)
+        self.lr = check_positive("lr", lr)
+        self.batch_size = check_batch_size(batch_size)
+        self.lam = check_positive("lam", lam, allow_zero=True)
+        if alpha_solver not in ALPHA_SOLVERS:
+            raise ValueError(f"alpha_solver must be one of {ALPHA_SOLVERS}, got {alpha_solver!r}")
+        if alpha_solver == "exact" and lam == 0:
+            raise ValueError("alpha_solver='exact' needs lam > 0; use 'gd' for lam = 0")
+        self.alpha_solver = alpha_solver
+        self.alpha_steps = check_positive("alpha_steps", alpha_steps, integer=True)
+        self.alpha_samples = None if alpha_samples is None else check_positive("alpha_samples", alpha_samples, integer=True)
+        self.global_lr = check_positive("global_lr", global_lr)
+        self.global_steps = check_positive("global_steps", global_steps, integer=True, allow_zero=True)
+        self.warmup_rounds = check_positive("warmup_rounds", warmup_rounds, integer=True, allow_zero=True)
+        self.warmup_lr = self.lr if warmup_lr is None else check_positive("warmup_lr", warmup_lr)
+        if alpha_init not in ALPHA_INITS:
+            raise ValueError(f"alpha_init must be one of {ALPHA_INITS}, got {alpha_init!r}")
+        self.alpha_init = alpha_init
+        if not (update_every is None or update_every == "epoch" or
+                (isinstance(update_every, int) and not isinstance(update_every, bool) and update_every >= 1)):
+            raise ValueError(f"update_every must be an integer >= 1, 'epoch' or None, got {update_every!r}")
+        self.update_every = update_every
+
+    # -- helpers
+    def _alpha(self, s: PERMState, init: Tensor | None) -> Tensor:
+        solver = "gd" if init is not None else self.alpha_solver
+        return mixing_weights(self.model, s.w, s.data, self.lam, solver=solver, steps=self.alpha_steps,
+                              samples=self.alpha_samples, generator=s.generator, init=init)
+
+    def _period(self, n: int) -> int | None:
+        return n if self.update_every == "epoch" else self.update_every
+
+    def init(self, data: FederatedDataset, seed: int) -> PERMState:
+        s = PERMState(data, torch.Generator().manual_seed(seed), seed, 0, self.model.init(seed), None, None,
+                      None, 0)
+        if self.warmup_rounds == 0:
+            self._start(s)
+        return s
+
+    def _start(self, s: PERMState):
+        n = s.data.num_clients
+        s.v = broadcast(s.w, n)
+        if self.alpha_init == "uniform":
+            s.alpha = torch.full((n, n), 1.0 / n, dtype=torch.float64, device=s.data.device)
+        else:
+            s.alpha = self._alpha(s, None)
+
+    def round(self, s: PERMState) -> PERMState:
+        data, n = s.data, s.data.num_clients
+        s = PERMState(**{**s.__dict__, "round": s.round + 1})
+        if s.v is None:  # FedAvg warm-up round
+            local, _ = local_sgd(self.model, broadcast(s.w, n), data, torch.arange(n), steps=self.local_steps,
+                                 lr=self.warmup_lr, batch_size=self.batch_size, generator=s.generator)
+            s.w = mean(local)
+            if s.round >= self.warmup_rounds:
+                self._start(s)
+            return s
+        step = s.shuffle_round % n
+        if step == 0:
+            s.sigma = torch.randperm(n, generator=s.generator)
+        s.v = shuffle_steps(self.model, s.v, data, s.alpha, s.sigma, step, local_steps=self.local_steps,
+                            lr=self.lr, batch_size=self.batch_size, generator=s.generator)
+        s.shuffle_round += 1
+        period = self._period(n)
+        if period is not None and s.shuffle_round % period == 0:
+            self._global_step(s)
+            s.alpha = self._alpha(s, init=s.alpha)
+        return s
+
+    def _global_step(self, s: PERMState):
+        """w <- w - gamma * mean_i (1/M) sum grad f_i(w; xi), ``global_steps`` times."""
+        n = s.data.num_clients
+        for _ in range(self.global_steps):
+            if self.alpha_samples is None:
+                grads, _ = full_gradients(self.model, broadcast(s.w, n), s.data)
+            else:
+                idx = s.data.sample_indices(torch.arange(n), self.alpha_samples, s.generator)
+                grads, _ = self.model.batched_grad(broadcast(s.w, n), s.data.x_train[idx], s.data.y_train[idx])
+            s.w = {k: v - self.global_lr * grads[k].mean(0) for k, v in s.w.items()}
+
+    def personalized(self, s: PERMState) -> Params:
+        return broadcast(s.w, s.data.num_clients) if s.v is None else s.v

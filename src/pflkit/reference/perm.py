@@ -1,0 +1,44 @@
+"""Reference twins for PERM: one client problem at a time, by other means than the batched code."""
+from __future__ import annotations
+
+import torch
+
+from ..data.federated import FederatedDataset
+from .fedavg import sgd_steps
+
+
+def water_filling_bisection(d_row: torch.Tensor, n: torch.Tensor, lam: float, iters: int = 200) -> torch.Tensor:
+    """min_a sum_j a_j d_j + lam sum_j a_j^2 / n_j on the simplex, by bisection on the multiplier tau:
+    a_j(tau) = max(0, (tau - d_j) n_j / (2 lam)) and sum_j a_j(tau) = 1."""
+    d_row, n = d_row.double(), n.double()
+    lo, hi = float(d_row.min()), float(d_row.max()) + 2.0 * lam / float(n.min()) + 1.0
+    for _ in range(iters):
+        tau = 0.5 * (lo + hi)
+        total = float(((tau - d_row).clamp_min(0) * n / (2 * lam)).sum())
+        lo, hi = (tau, hi) if total < 1.0 else (lo, tau)
+    return (0.5 * (lo + hi) - d_row).clamp_min(0) * n / (2 * lam)
+
+
+def project_simplex_bisection(v: torch.Tensor, iters: int = 200) -> torch.Tensor:
+    """Euclidean projection of one vector onto the simplex: max(v - theta, 0) with sum 1, theta by bisection."""
+    v = v.double()
+    lo, hi = float(v.min()) - 1.0, float(v.max())
+    for _ in range(iters):
+        theta = 0.5 * (lo + hi)
+        lo, hi = (lo, theta) if float((v - theta).clamp_min(0).sum()) < 1.0 else (theta, hi)
+    return (v - 0.5 * (lo + hi)).clamp_min(0)
+
+
+def shuffle_round(factory, v: dict, data: FederatedDataset, alpha: torch.Tensor, sigma: torch.Tensor, step: int,
+                  local_steps: int, lr: float, batch_size: int, generator: torch.Generator) -> dict:
+    """Alg. 1, one shuffle step, model by model: model i on client sigma[(i + step) % N]."""
+    n = data.num_clients
+    clients = [int(sigma[(i + step) % n]) for i in range(n)]
+    schedule = torch.tensor(clients).unsqueeze(0).expand(local_steps, n)
+    idx = data.sample_indices(schedule, batch_size, generator)  # the same draws as the batched call
+    out = []
+    for i, c in enumerate(clients):
+        eta = lr * n * float(alpha[i, c])
+        out.append(sgd_steps(factory, {k: p[i] for k, p in v.items()}, data, [c] * local_steps,
+                             [eta] * local_steps, idx[:, i]))
+    return {k: torch.stack([o[k] for o in out]) for k in out[0]}

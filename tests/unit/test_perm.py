@@ -1,0 +1,180 @@
+"""PERM: mixing weights (eq. 2), shuffling (Alg. 1), single loop (Alg. 2), and the Fig. 1 claims."""
+import pytest
+import torch
+
+from pflkit.algorithms import FedAvg, LocalizedFedAvg
+from pflkit.algorithms.perm import (PERM, discrepancies, mixing_weights, objective, project_simplex, projected_gd,
+                                    shuffle_clients, shuffle_steps, water_filling)
+from pflkit.data import perm_synthetic
+from pflkit.engine import FunctionalModel, broadcast, make_generator
+from pflkit.models import logistic, mlp
+from pflkit.reference import perm as ref
+from pflkit.runner import final_table, run_methods
+
+
+def _instance(seed, n_clients=7):
+    g = torch.Generator().manual_seed(seed)
+    grads = torch.randn(n_clients, 5, generator=g, dtype=torch.float64)
+    n = torch.randint(3, 60, (n_clients,), generator=g).double()
+    return discrepancies(grads), n
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("lam", [0.5, 5.0, 50.0, 500.0])
+def test_gd_equals_water_filling_and_bisection(seed, lam):
+    d, n = _instance(seed)
+    exact = water_filling(d, n, lam)
+    gd = projected_gd(d, n, lam, steps=20000)
+    torch.testing.assert_close(exact.sum(1), torch.ones(len(n), dtype=torch.float64))
+    assert (exact >= 0).all()
+    torch.testing.assert_close(gd, exact, atol=1e-6, rtol=0)
+    for i in range(len(n)):
+        torch.testing.assert_close(exact[i], ref.water_filling_bisection(d[i], n, lam), atol=1e-9, rtol=0)
+    # no feasible point does better (random simplex points)
+    g = torch.Generator().manual_seed(seed)
+    rand = torch.distributions.Dirichlet(torch.ones(len(n))).sample((200,)).double()
+    best = objective(exact, d, n, lam)
+    for i in range(len(n)):
+        others = objective(rand, d[i].expand(200, -1), n, lam)
+        assert (others >= best[i] - 1e-12).all()
+
+
+def test_alpha_limits_closed_forms():
+    d, n = _instance(0)
+    # lambda -> infinity: the variance term dominates, alpha_j -> n_j / sum n
+    torch.testing.assert_close(water_filling(d, n, 1e9), (n / n.sum()).expand(len(n), -1), atol=1e-6, rtol=0)
+    # lambda -> 0: all mass on the smallest discrepancy, D_ii = 0 (alone)
+    torch.testing.assert_close(water_filling(d, n, 1e-9), torch.eye(len(n), dtype=torch.float64))
+
+
+def test_project_simplex_matches_bisection():
+    g = torch.Generator().manual_seed(1)
+    v = torch.randn(20, 9, generator=g, dtype=torch.float64) * 3
+    p = project_simplex(v)
+    for i in range(20):
+        torch.testing.assert_close(p[i], ref.project_simplex_bisection(v[i]), atol=1e-9, rtol=0)
+
+
+def test_alpha_input_errors():
+    d, n = _instance(0)
+    with pytest.raises(ValueError, match="lambda must be >= 0"):
+        water_filling(d, n, -1.0)
+    with pytest.raises(ValueError, match="water_filling needs lambda > 0"):
+        water_filling(d, n, 0.0)
+    model = FunctionalModel(lambda: logistic((2,), 2))
+    with pytest.raises(ValueError, match="alpha_solver must be one of"):
+        PERM(model, local_steps=1, lr=0.1, batch_size=2, lam=1.0, alpha_solver="cvx")
+    with pytest.raises(ValueError, match="needs lam > 0"):
+        PERM(model, local_steps=1, lr=0.1, batch_size=2, lam=0.0, alpha_solver="exact")
+    with pytest.raises(ValueError, match="update_every must be"):
+        PERM(model, local_steps=1, lr=0.1, batch_size=2, lam=1.0, update_every=0)
+
+
+def test_shuffle_schedule_is_a_latin_square_per_epoch():
+    n = 9
+    sigma = torch.randperm(n, generator=torch.Generator().manual_seed(3))
+    table = torch.stack([shuffle_clients(sigma, j) for j in range(n)])  # [step, model] -> client
+    everything = torch.arange(n)
+    for j in range(n):  # every client hosts exactly one model per round
+        assert torch.equal(table[j].sort().values, everything)
+    for i in range(n):  # every model visits every client once per epoch
+        assert torch.equal(table[:, i].sort().values, everything)
+
+
+def test_batched_shuffling_equals_reference(mixed):
+    factory = lambda: mlp((6,), 3, hidden=(7,))  # noqa: E731
+    model = FunctionalModel(factory)
+    n = mixed.num_clients
+    g = torch.Generator().manual_seed(0)
+    v = {k: torch.randn(n, *p.shape, generator=g) * 0.3 for k, p in model.init(0).items()}
+    alpha = torch.distributions.Dirichlet(torch.ones(n)).sample((n,)).double()
+    sigma = torch.randperm(n, generator=g)
+    got, want = v, v
+    for step in range(n):  # a whole epoch
+        got = shuffle_steps(model, got, mixed, alpha, sigma, step, local_steps=3, lr=0.1, batch_size=4,
+                            generator=make_generator(step))
+        want = ref.shuffle_round(factory, want, mixed, alpha, sigma, step, 3, 0.1, 4, make_generator(step))
+    for k in got:
+        torch.testing.assert_close(got[k], want[k], atol=1e-5, rtol=1e-5)
+
+
+def test_zero_weight_clients_leave_the_model_unchanged(mixed):
+    model = FunctionalModel(lambda: logistic((6,), 3))
+    n = mixed.num_clients
+    v = broadcast(model.init(0), n)
+    alpha = torch.eye(n, dtype=torch.float64)  # everyone alone
+    sigma = torch.arange(n)
+    out = shuffle_steps(model, v, mixed, alpha, sigma, 1, local_steps=3, lr=0.1, batch_size=4,
+                        generator=make_generator(0))
+    for k in v:  # step 1: model i sits on client i+1, where its weight is 0
+        torch.testing.assert_close(out[k], v[k])
+
+
+def test_single_loop_bookkeeping():
+    data = perm_synthetic(6, 40, 5, seed=0)
+    model = FunctionalModel(lambda: logistic((5,), 2))
+    algo = PERM(model, local_steps=2, lr=0.1, batch_size=5, lam=10.0, warmup_rounds=2, update_every=3)
+    s = algo.init(data, 0)
+    assert s.v is None
+    s = algo.round(algo.round(s))  # warm-up done: personalization starts with uniform alpha
+    torch.testing.assert_close(s.alpha, torch.full((6, 6), 1 / 6, dtype=torch.float64))
+    w_before = s.w
+    s = algo.round(algo.round(s))
+    assert s.shuffle_round == 2 and torch.equal(s.w["1.weight"], w_before["1.weight"])
+    s = algo.round(s)  # third shuffle round: global step + alpha update
+    assert not torch.equal(s.w["1.weight"], w_before["1.weight"])
+    assert not torch.allclose(s.alpha, torch.full((6, 6), 1 / 6, dtype=torch.float64))
+    torch.testing.assert_close(s.alpha.sum(1), torch.ones(6, dtype=torch.float64))
+    # deterministic for a seed
+    t = algo.init(data, 0)
+    for _ in range(5):
+        t = algo.round(t)
+    assert torch.equal(t.v["1.weight"], s.v["1.weight"]) and torch.equal(t.alpha, s.alpha)
+
+
+SMOKE = dict(num_clients=20, samples_per_client=200, dim=60)
+
+
+def test_alpha_mass_stays_in_the_own_group():
+    """Fig. 1 mechanism: at a FedAvg model, >= 90% of each client's alpha lies in its own group."""
+    data = perm_synthetic(SMOKE["num_clients"], SMOKE["samples_per_client"], SMOKE["dim"], seed=0)
+    model = FunctionalModel(lambda: logistic((60,), 2))
+    fed = FedAvg(model, local_steps=10, lr=0.2, batch_size=20)
+    s = fed.init(data, 0)
+    for _ in range(5):
+        s = fed.round(s)
+    same = (data.groups[:, None] == data.groups[None, :]).double()
+    for solver in ("exact", "gd"):
+        alpha = mixing_weights(model, s.w, data, lam=300.0, solver=solver, steps=200)
+        own = (alpha * same).sum(1)
+        assert own.min() >= 0.9, own
+        assert (alpha > 1e-6).sum(1).float().mean() >= 5  # it mixes, not alone
+
+
+def test_perm_beats_localized_fedavg_on_synthetic():
+    """Fig. 1 claim at smoke scale (tuned values from params.yaml's grid)."""
+    model = FunctionalModel(lambda: logistic((60,), 2))
+    kw = dict(local_steps=10, batch_size=20)
+    methods = {"PERM": lambda: PERM(model, lr=1.0, lam=300.0, update_every=5, alpha_steps=50, global_lr=0.5, **kw),
+               "Localized FedAvg": lambda: LocalizedFedAvg(model, lr=0.2, finetune_steps=10, finetune_lr=0.2, **kw)}
+    hist = run_methods(methods, lambda s: perm_synthetic(**SMOKE, seed=s), [0, 1], rounds=40, eval_every=40,
+                       show_progress=False)
+    table = final_table(hist)
+    assert table.loc["PERM", "accuracy_mean"] > table.loc["Localized FedAvg", "accuracy_mean"] + 0.05, table
+    assert table.loc["PERM", "accuracy_mean"] > table.loc["Majority class", "accuracy_mean"] + 0.05, table
+
+
+def test_fig6_alpha_sparse_on_one_class_split_and_diffuse_on_iid():
+    """Fig. 6 claim on the real MNIST digits (smoke scale): same lambda, two partitions."""
+    from pflkit.experiments.perm import PermFig6Config, fig6
+    cfg = PermFig6Config.build(dict(
+        stage="perm_fig6", results_dir="build/t", figures_dir="build/t", device="cpu",
+        dataset={"name": "mnist", "allow_download": False}, num_clients=20,
+        schemes={"iid": {"scheme": "iid"}, "one": {"scheme": "classes", "classes_per_client": 1}},
+        test_fraction=0.2, hidden=[50], fedavg_rounds=3, local_steps=5, batch_size=20, lr=0.05, lam=2000.0))
+    panels, record = fig6(cfg)
+    assert record["dataset"] == "mnist" and record["is_substitute"] is False
+    one, iid = panels["one"].summary, panels["iid"].summary
+    assert one["same_label_mass_mean"] >= 0.95 and one["same_label_mass_min"] >= 0.9
+    assert one["effective_support_mean"] <= 3.0  # 20 clients / 10 classes = 2 per class
+    assert iid["effective_support_mean"] >= 15.0  # diffuse over ~all 20 clients
