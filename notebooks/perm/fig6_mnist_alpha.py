@@ -41,11 +41,11 @@ figures_dir = "build/smoke/figures/perm"
 import pandas as pd
 
 from pflkit import plotting, report
-from pflkit.experiments import perm
+from pflkit.experiments import perm as experiment
 from pflkit.paths import resolve
 
-cfg = perm.PermFig6Config.from_namespace(globals())
-panels, data_record = perm.fig6(cfg)
+cfg = experiment.PermFig6Config.from_namespace(globals())
+panels, data_record = experiment.fig6(cfg)
 print(data_record)
 
 # %%

@@ -17,6 +17,13 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("validate", help="check every section of params.yaml; run nothing")
     p.add_argument("params", nargs="?", default="params.yaml")
 
+    p = sub.add_parser("tune", help="learning-rate sweep of every method of a curve stage (same round budget)")
+    p.add_argument("stage")
+    p.add_argument("--grid", default="0.01,0.02,0.05,0.1,0.2,0.5,1.0")
+    p.add_argument("--methods", default=None, help="comma-separated method keys (default: the stage's)")
+    p.add_argument("--seeds", default="0")
+    p.add_argument("--params", default="params.yaml")
+
     p = sub.add_parser("notebooks", help="notebook twins: refresh (py -> executed ipynb) or check")
     p.add_argument("action", choices=["refresh", "check"])
     p.add_argument("paths", nargs="*", help="py:percent twins to refresh (default: all)")
@@ -28,6 +35,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "stage":
             from .notebooks import run_stage
             print(f"{args.stage}: wrote {run_stage(args.stage, args.notebook, args.params)}")
+        elif args.command == "tune":
+            from .config import load_params, validate_stage
+            from .experiments.perm import lr_sweep
+            from .io import write_csv
+            cfg = validate_stage(load_params(args.params), args.stage)
+            table = lr_sweep(cfg, [float(x) for x in args.grid.split(",")],
+                             args.methods.split(",") if args.methods else None,
+                             [int(x) for x in args.seeds.split(",")])
+            out = write_csv(f"results/tuning/{args.stage}.csv", table)
+            print(table.round(4).to_string(index=False))
+            print(f"wrote {out}")
         elif args.command == "validate":
             from .config import load_params, validate_all
             problems = validate_all(load_params(args.params))

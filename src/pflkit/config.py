@@ -63,6 +63,8 @@ def format_errors(cls, exc: ValidationError) -> str:
         if err["type"] == "extra_forbidden":
             allowed = ", ".join(sorted(cls.model_fields))
             lines.append(f"{key}: unknown key (value {err['input']!r}); allowed keys: {allowed}")
+        elif not err["loc"]:  # a rule across keys: the input is the whole section, not worth echoing
+            lines.append(f"{key}: {err['msg'].removeprefix('Value error, ')}")
         else:
             msg = err["msg"].removeprefix("Value error, ")
             lines.append(f"{key}: {msg} (got {err.get('input')!r})")

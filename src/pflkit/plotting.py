@@ -61,4 +61,15 @@ def save_figure(fig, stem: str | Path, formats=FORMATS) -> list[Path]:
     return paths
 
 
-__all__ = ["use_style", "title", "finish", "plot_curves", "save_figure", "plt"]
+__all__ = ["use_style", "title", "finish", "accuracy_loss_figure", "plot_curves", "save_figure", "plt"]
+
+
+def accuracy_loss_figure(history: pd.DataFrame, what: str, dataset_label: str, scale: str):
+    """The PERM curve figures: (a) personalized accuracy, (b) personalized loss, vs rounds."""
+    use_style()
+    fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(12, 4.5))
+    plot_curves(ax_acc, history, "accuracy", "personalized test accuracy (fraction correct)")
+    plot_curves(ax_loss, history, "loss", "personalized test loss (cross-entropy, nats)", baseline=False)
+    ax_loss.set_yscale("log")
+    finish(fig, title(what, dataset_label, scale))
+    return fig

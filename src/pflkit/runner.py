@@ -25,7 +25,7 @@ def _describe_lr(algorithm) -> str:
 
 
 def run(algorithm, data: FederatedDataset, rounds: int, seed: int, eval_every: int = 1,
-        method: str | None = None, progress: tqdm | None = None) -> pd.DataFrame:
+        method: str | None = None, progress: tqdm | None = None, keep: dict | None = None) -> pd.DataFrame:
     """Train ``algorithm`` for ``rounds`` communication rounds and evaluate its personalized models
     on every client's test split at round 0, every ``eval_every`` rounds and at the last round."""
     if rounds < 1:
@@ -53,12 +53,16 @@ def run(algorithm, data: FederatedDataset, rounds: int, seed: int, eval_every: i
             record(r)
         if progress is not None:
             progress.update(1)
+    if keep is not None:
+        keep[(method, seed)] = state
     return pd.DataFrame(rows, columns=HISTORY_COLUMNS)
 
 
 def run_methods(methods: Mapping[str, Callable[[], object]], data_for_seed: Callable[[int], FederatedDataset],
-                seeds: Iterable[int], rounds: int, eval_every: int = 1, show_progress: bool = True) -> pd.DataFrame:
+                seeds: Iterable[int], rounds: int, eval_every: int = 1, show_progress: bool = True,
+                keep: dict | None = None) -> pd.DataFrame:
     """Every method x seed; ``methods`` maps a display name to a factory of the algorithm.
+    With ``keep`` (a dict), the final state of every run is stored under (method, seed).
 
     Adds the per-client majority-class baseline as method "Majority class" (flat over rounds).
     """
@@ -74,7 +78,7 @@ def run_methods(methods: Mapping[str, Callable[[], object]], data_for_seed: Call
                  for k in ("accuracy", "accuracy_weighted")], columns=HISTORY_COLUMNS))
             for name, make in methods.items():
                 bar.set_description(f"{name} seed {seed}")
-                frames.append(run(make(), data, rounds, seed, eval_every, method=name, progress=bar))
+                frames.append(run(make(), data, rounds, seed, eval_every, method=name, progress=bar, keep=keep))
     return pd.concat(frames, ignore_index=True)
 
 

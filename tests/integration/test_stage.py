@@ -53,7 +53,8 @@ def test_stage_writes_report_metrics_and_figures(tmp_path):
     assert metrics["dataset"] == "perm-synthetic" and metrics["is_substitute"] is False
     run_info = json.loads((proj / "results/perm_fig1/run.json").read_text())
     assert run_info["data"]["num_clients"] == 6 and run_info["config"]["rounds"] == 2
-    assert set(metrics["final"]) == {"Local", "FedAvg", "Localized FedAvg", "Majority class"}
+    assert set(metrics["final"]) == {"Local", "FedAvg", "Localized FedAvg", "PERM", "Per-FedAvg (FO)", "pFedMe",
+                                     "Majority class"}
     assert 0.0 <= metrics["final"]["FedAvg"]["accuracy_mean"] <= 1.0
     history = (proj / "results/perm_fig1/history.csv").read_text().splitlines()
     assert history[0] == "round,method,seed,metric,value"

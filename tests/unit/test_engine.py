@@ -45,8 +45,9 @@ def test_local_sgd_prox_full_batch_and_grad_weights(mixed):
     anchor = broadcast(model.init(1), n)
     clients = torch.arange(n)
     theta = torch.tensor([0.0, 1.0, 2.0, 0.5])
+    # per-step weights are [steps, 1]; steps (4) != N (5) here, but the shape is what decides
     got, _, acc = local_sgd(model, start, mixed, clients, steps=steps, lr=0.3, batch_size=None,
-                            generator=make_generator(0), prox=0.7, anchor=anchor, grad_weights=theta)
+                            generator=make_generator(0), prox=0.7, anchor=anchor, grad_weights=theta[:, None])
     schedule = expand_schedule(clients, steps)
     want = ref.local_sgd(factory, start, mixed, schedule, torch.full((steps, n), 0.3), None,
                          make_generator(0), prox=0.7, anchor=anchor)
@@ -112,6 +113,16 @@ def test_schedule_and_lr_shapes_are_checked(bad):
         expand_schedule(bad.long(), 5)
     with pytest.raises(ValueError, match="lr must be"):
         expand_lr(bad, 5, 2, "cpu")
+
+
+def test_per_step_values_are_never_read_as_per_model():
+    """[steps] == [N] in length is ambiguous: a 1-D tensor always means per model."""
+    per_model = torch.tensor([1.0, 2.0, 3.0])
+    assert torch.equal(expand_lr(per_model, 3, 3, "cpu"), per_model.expand(3, 3))
+    per_step = torch.tensor([[1.0], [2.0], [3.0]])
+    assert torch.equal(expand_lr(per_step, 3, 3, "cpu"), per_step.expand(3, 3))
+    with pytest.raises(ValueError, match=r"\[steps=4, 1\]"):
+        expand_lr(torch.ones(4), 4, 3, "cpu")
 
 
 def test_local_sgd_rejects_mismatched_models(mixed):

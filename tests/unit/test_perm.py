@@ -178,3 +178,14 @@ def test_fig6_alpha_sparse_on_one_class_split_and_diffuse_on_iid():
     assert one["same_label_mass_mean"] >= 0.95 and one["same_label_mass_min"] >= 0.9
     assert one["effective_support_mean"] <= 3.0  # 20 clients / 10 classes = 2 per class
     assert iid["effective_support_mean"] >= 15.0  # diffuse over ~all 20 clients
+
+
+def test_lr_sweep_records_divergence_and_goes_on():
+    from pflkit.experiments.perm import PermFig1Config, lr_sweep
+    cfg = PermFig1Config.build(dict(
+        stage="perm_fig1", results_dir="build/t", figures_dir="build/t", device="cpu", num_clients=4,
+        samples_per_client=20, dim=5, test_fraction=0.2, rounds=3, local_steps=5, batch_size=5,
+        lr={"fedavg": 0.1}, finetune_steps=1, finetune_lr=0.1, methods=["fedavg"], seeds=[0], eval_every=1))
+    table = lr_sweep(cfg, [0.1, float("inf")], seeds=[0])
+    assert table["diverged"].tolist()[0] == "" and "diverged at round" in table["diverged"].tolist()[1]
+    assert table["best"].tolist() == [True, False]

@@ -25,17 +25,21 @@ def expand_schedule(clients: Tensor, steps: int) -> Tensor:
 
 
 def expand_lr(lr: float | Tensor, steps: int, n: int, device) -> Tensor:
-    """Scalar, [N], [steps] (when steps != N) or [steps, N] values -> [steps, N] on ``device``."""
+    """Scalar, [N] (one value per model), [steps, 1] (one per step) or [steps, N] -> [steps, N].
+
+    A 1-D tensor always means one value per model: per-step values must say so with shape
+    [steps, 1], so a length that happens to equal both steps and N is never misread."""
     lr = torch.as_tensor(lr, dtype=torch.float32, device=device)
     if lr.dim() == 0:
         return lr.expand(steps, n)
     if lr.dim() == 1 and lr.shape[0] == n:
         return lr.unsqueeze(0).expand(steps, n)
-    if lr.dim() == 1 and lr.shape[0] == steps:
-        return lr.unsqueeze(1).expand(steps, n)
+    if lr.dim() == 2 and lr.shape == (steps, 1):
+        return lr.expand(steps, n)
     if lr.dim() == 2 and lr.shape == (steps, n):
         return lr
-    raise ValueError(f"lr must be a scalar, [N={n}] or [steps={steps}, N={n}], got {tuple(lr.shape)}")
+    raise ValueError(f"lr must be a scalar, [N={n}], [steps={steps}, 1] or [steps={steps}, N={n}], "
+                     f"got {tuple(lr.shape)}")
 
 
 def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, clients: Tensor, *,
@@ -48,8 +52,9 @@ def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, cl
 
     ``batch_size=None`` uses each client's whole train split at every step (exact local GD); no
     random draws are made then. Returns the new parameters and the minibatch losses [steps, N] (before each step). With
-    ``grad_weights`` (theta, shape [steps] or [steps, N]) it also returns sum_s theta_s g_s per model
-    as a third value (LocalUpdate's client output).
+    ``grad_weights`` (theta, shape [steps, 1] or [steps, N]) it also returns sum_s theta_s g_s per model
+    as a third value (LocalUpdate's client output). ``lr`` and ``grad_weights`` take the shapes of
+    ``expand_lr``.
     """
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps!r}")

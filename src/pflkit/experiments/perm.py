@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Callable
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..algorithms import FedAvg, Local, LocalizedFedAvg
+from ..algorithms import FedAvg, Local, LocalizedFedAvg, PerFedAvg, PFedMe
 from ..algorithms.perm import ALPHA_INITS, ALPHA_SOLVERS, PERM
 from ..config import StageConfig, register
 from ..data.federated import FederatedDataset
@@ -22,7 +23,7 @@ from ..data.synthetic import perm_synthetic
 from ..engine import FunctionalModel, resolve_device
 from ..models import logistic
 from ..report import environment, table_records
-from ..runner import final_table, run_methods
+from ..runner import DivergenceError, final_table, run_methods
 
 
 class Section(BaseModel):
@@ -63,6 +64,20 @@ class PermSection(Section):
         raise ValueError(f"must be an integer >= 1, 'epoch' or null, got {v!r}")
 
 
+class PerFedAvgSection(Section):
+    """Per-FedAvg's inner step alpha (its outer step beta is lr['perfedavg_fo' | 'perfedavg_hf'])."""
+    alpha: float = Field(0.02, ge=0)
+    delta: float = Field(1e-3, gt=0)  # finite-difference Hessian-vector products (HF)
+
+
+class PFedMeSection(Section):
+    """pFedMe's personal lr, lambda, K inner steps and server mixing beta (its lr is lr['pfedme'])."""
+    personal_lr: float = Field(0.01, gt=0)
+    lam: float = Field(15.0, gt=0)
+    inner_steps: int = Field(5, ge=1)
+    beta: float = Field(1.0, gt=0)
+
+
 def _local(m, c):
     return Local(m, local_steps=c.local_steps, lr=c.lr["local"], batch_size=c.batch_size)
 
@@ -84,12 +99,28 @@ def _perm(m, c):
                 warmup_lr=c.lr.get("fedavg"), alpha_init=p.alpha_init, update_every=p.update_every)
 
 
+def _perfedavg(variant):
+    def make(m, c):
+        return PerFedAvg(m, alpha=c.perfedavg.alpha, beta=c.lr[f"perfedavg_{variant}"], local_steps=c.local_steps,
+                         batch_size=c.batch_size, variant=variant, delta=c.perfedavg.delta)
+    return make
+
+
+def _pfedme(m, c):
+    p = c.pfedme
+    return PFedMe(m, lr=c.lr["pfedme"], personal_lr=p.personal_lr, lam=p.lam, local_steps=c.local_steps,
+                  batch_size=c.batch_size, inner_steps=p.inner_steps, beta=p.beta)
+
+
 # method key (params.yaml) -> (display name, factory(model, cfg))
 METHODS: dict[str, tuple[str, Callable]] = {
     "local": ("Local", _local),
     "fedavg": ("FedAvg", _fedavg),
     "localized_fedavg": ("Localized FedAvg", _localized),
     "perm": ("PERM", _perm),
+    "perfedavg_fo": ("Per-FedAvg (FO)", _perfedavg("fo")),
+    "perfedavg_hf": ("Per-FedAvg (HF)", _perfedavg("hf")),
+    "pfedme": ("pFedMe", _pfedme),
 }
 
 
@@ -105,6 +136,8 @@ class RunConfig(StageConfig):
     seeds: list[int] = Field(min_length=1)
     eval_every: int = Field(ge=1)
     perm: PermSection = PermSection()
+    perfedavg: PerFedAvgSection = PerFedAvgSection()
+    pfedme: PFedMeSection = PFedMeSection()
 
     @field_validator("methods")
     @classmethod
@@ -146,26 +179,28 @@ class CurvesResult:
     scale: str
     metrics: dict  # -> metrics.json (numbers + which dataset ran)
     run_info: dict  # -> run.json (config, data summary, environment)
+    states: dict | None = None  # (method, seed) -> final state
 
 
 def run_curves(cfg: RunConfig, model_factory: Callable, data_for_seed: Callable[[int], FederatedDataset],
-               scale: str, show_progress: bool = True) -> CurvesResult:
+               scale: str, show_progress: bool = True, record: dict | None = None) -> CurvesResult:
     """Every configured method x seed for cfg.rounds rounds; final table, metrics and run info."""
     device = resolve_device(cfg.device)
     model = FunctionalModel(model_factory, device)
     methods = {METHODS[k][0]: (lambda k=k: METHODS[k][1](model, cfg)) for k in cfg.methods}
     start = time.perf_counter()
+    states: dict = {}
     history = run_methods(methods, lambda s: data_for_seed(s).to(device), cfg.seeds, cfg.rounds, cfg.eval_every,
-                          show_progress)
+                          show_progress, keep=states)
     elapsed = time.perf_counter() - start
     table = final_table(history, ("accuracy", "accuracy_weighted", "loss"))
     data = data_for_seed(cfg.seeds[0])
-    metrics = {"dataset": data.name, "paper_dataset": data.paper_dataset or data.name,
-               "is_substitute": data.is_substitute, "final": table_records(table),
-               "runtime_s": round(elapsed, 2)}
+    record = record or {"dataset": data.name, "paper_dataset": data.paper_dataset or data.name,
+                        "is_substitute": data.is_substitute}
+    metrics = {**record, "final": table_records(table), "runtime_s": round(elapsed, 2)}
     run_info = {"stage": cfg.stage, "scale": scale, "data": data.summary(), "device": str(device),
                 "environment": environment(), "config": cfg.model_dump()}
-    return CurvesResult(history, table, data.label, scale, metrics, run_info)
+    return CurvesResult(history, table, data.label, scale, metrics, run_info, states)
 
 
 def fig1(cfg: PermFig1Config, show_progress: bool = True) -> CurvesResult:
@@ -264,3 +299,289 @@ def fig6(cfg: PermFig6Config) -> tuple[dict[str, AlphaPanel], dict]:
         labels = data.label_counts().argmax(1)
         panels[panel] = AlphaPanel(alpha, labels.argsort(stable=True), labels, alpha_summary(alpha, data))
     return panels, dataset_record(img)
+
+
+# --------------------------------------------------------------------------- Theorem 1: alpha_hat -> alpha*
+@register("perm_alpha_convergence")
+class PermAlphaConvergenceConfig(StageConfig):
+    num_clients: int = Field(ge=2)
+    samples_per_client: int = Field(ge=4)
+    dim: int = Field(ge=1)
+    test_fraction: float = Field(gt=0, lt=1)
+    lam: float = Field(gt=0)
+    gd_lr: float = Field(gt=0)
+    optimum_steps: int = Field(ge=1)
+    checkpoints: list[int] = Field(min_length=1)
+    seeds: list[int] = Field(min_length=1)
+
+
+def alpha_convergence(cfg: PermAlphaConvergenceConfig) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """Theorem 1 numerically: alpha_hat = alpha(w^R) vs alpha* = alpha(w*) as w^R -> w*.
+
+    w^R is R rounds of exact FedAvg with one local step (= full gradient descent on the average loss,
+    so w^R -> w* linearly); w* is ``optimum_steps`` such steps. Errors: ||w^R - w*||_2, the mean over
+    clients of ||alpha_hat_i - alpha*_i||_1, and the share of each alpha_hat_i's mass inside client
+    i's own group. Returns (per-checkpoint table, per-client own-group shares at the last checkpoint,
+    data record)."""
+    import torch
+
+    from ..algorithms.perm import mixing_weights
+
+    device = resolve_device(cfg.device)
+    model = FunctionalModel(lambda: logistic((cfg.dim,), 2), device)
+    rows, shares = [], []
+    for seed in cfg.seeds:
+        data = perm_synthetic(cfg.num_clients, cfg.samples_per_client, cfg.dim, cfg.test_fraction,
+                              seed=seed).to(device)
+        gd = FedAvg(model, local_steps=1, lr=cfg.gd_lr, batch_size=None)
+        state = gd.init(data, seed)
+        w0 = state.w
+        snapshots = {}
+        for r in range(1, max(max(cfg.checkpoints), cfg.optimum_steps) + 1):
+            state = gd.round(state)
+            if r in cfg.checkpoints:
+                snapshots[r] = state.w
+        w_star = state.w
+        alpha_star = mixing_weights(model, w_star, data, cfg.lam, solver="exact")
+        same = (data.groups[:, None] == data.groups[None, :]).to(alpha_star)
+        snapshots[0] = w0
+        for r, w in sorted(snapshots.items()):
+            alpha = mixing_weights(model, w, data, cfg.lam, solver="exact")
+            dist = torch.sqrt(sum(((w[k] - w_star[k]) ** 2).sum() for k in w))
+            own = (alpha * same).sum(1)
+            rows.append({"seed": seed, "R": r, "w_error": float(dist),
+                         "alpha_error_l1": float((alpha - alpha_star).abs().sum(1).mean()),
+                         "own_group_mass_mean": float(own.mean()), "own_group_mass_min": float(own.min())})
+            if r == max(cfg.checkpoints):
+                shares += [{"seed": seed, "client": j, "group": int(data.groups[j]), "own_group_mass": float(own[j])}
+                           for j in range(data.num_clients)]
+    record = {"dataset": "perm-synthetic", "paper_dataset": "perm-synthetic", "is_substitute": False}
+    return pd.DataFrame(rows), pd.DataFrame(shares), record
+
+
+# --------------------------------------------------------------------------- Figs. 2 and 4: image curves
+class ModelSection(Section):
+    name: str  # logistic | mlp | cnn
+    hidden: list[int] | None = None  # mlp hidden widths; cnn: [dense width]
+    channels: list[int] | None = None  # cnn conv channels
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v):
+        from ..models import MODELS
+        if v not in MODELS:
+            raise ValueError(f"must be one of {MODELS}, got {v!r}")
+        return v
+
+    def factory(self, shape, num_classes):
+        from ..models import build
+        kw = {}
+        if self.name == "mlp" and self.hidden:
+            kw["hidden"] = tuple(self.hidden)
+        if self.name == "cnn":
+            if self.channels:
+                kw["channels"] = tuple(self.channels)
+            if self.hidden:
+                kw["hidden"] = self.hidden[0]
+        return lambda: build(self.name, tuple(shape), num_classes, **kw)
+
+
+class ImageCurvesConfig(RunConfig):
+    dataset: DatasetSection
+    num_clients: int = Field(ge=2)
+    partition: dict  # used when the data has no natural split (or always, if not 'natural')
+    pool_size: int | None = Field(None, ge=2)  # subsample the pooled data (None: all)
+    test_fraction: float = Field(gt=0, lt=1)
+    model: ModelSection
+
+    @field_validator("partition")
+    @classmethod
+    def _partition(cls, v):
+        from ..data.partition import PARTITIONS
+        if v.get("scheme") not in PARTITIONS + ("natural",):
+            raise ValueError(f"scheme must be one of {PARTITIONS + ('natural',)}, got {v.get('scheme')!r}")
+        return v
+
+
+@register("perm_fig2")
+class PermFig2Config(ImageCurvesConfig):
+    pass
+
+
+@register("perm_fig4")
+class PermFig4Config(ImageCurvesConfig):
+    alpha_file: str  # PERM's final alpha (first seed), read by Fig. 5
+
+
+def image_federation(cfg: ImageCurvesConfig, img, seed: int) -> FederatedDataset:
+    """Partition (pooled, optionally subsampled) image data into cfg.num_clients clients."""
+    import numpy as np
+
+    from ..data.vision import federate
+    spec = dict(cfg.partition)
+    scheme = spec.pop("scheme")
+    if scheme == "natural" and img.writers is None:
+        raise ValueError(f"{img.label} has no writer ids for a natural split; set partition.scheme to "
+                         "iid/classes/dirichlet (the substitute's partition)")
+    if cfg.pool_size is not None and cfg.pool_size < len(img.y_train) + len(img.y_test):
+        rng = np.random.default_rng(10_000 + seed)
+        keep_tr = np.sort(rng.permutation(len(img.y_train))[: int(cfg.pool_size * 0.8)])
+        keep_te = np.sort(rng.permutation(len(img.y_test))[: cfg.pool_size - len(keep_tr)])
+        from dataclasses import replace
+        img = replace(img, x_train=img.x_train[keep_tr], y_train=img.y_train[keep_tr],
+                      x_test=img.x_test[keep_te], y_test=img.y_test[keep_te], writers=None)
+    return federate(img, cfg.num_clients, scheme, seed=seed, test_fraction=cfg.test_fraction, **spec)
+
+
+def image_curves(cfg: ImageCurvesConfig, show_progress: bool = True) -> CurvesResult:
+    """Figs. 2 / 4: personalized accuracy and loss vs rounds on a partitioned image dataset."""
+    img = load_images(cfg.dataset)
+    factory = cfg.model.factory(img.shape, img.num_classes)
+    from ..models import count_parameters
+    scale = (f"N={cfg.num_clients}, {cfg.partition.get('scheme')} split, {cfg.model.name} "
+             f"({count_parameters(factory()):,} params), {cfg.rounds} rounds, K={cfg.local_steps}, "
+             f"{len(cfg.seeds)} seeds")
+    return run_curves(cfg, factory, lambda seed: image_federation(cfg, img, seed), scale, show_progress,
+                      record=dataset_record(img))
+
+
+# --------------------------------------------------------------------------- fair tuning
+FIGURES = {"perm_fig1": fig1, "perm_fig2": image_curves, "perm_fig4": image_curves}
+
+
+def lr_sweep(cfg: RunConfig, grid: list[float], methods: list[str] | None = None, seeds: list[int] | None = None,
+             show_progress: bool = False, sections: dict | None = None) -> pd.DataFrame:
+    """Every method x learning rate on the stage's own setting and round budget; one row each with
+    the final personalized accuracy/loss (mean over ``seeds``). Localized FedAvg's fine-tuning lr
+    follows its lr. The best lr per method has the highest final accuracy; ties go to the lower loss.
+    ``sections`` optionally overrides method sections for the whole sweep (e.g. {"perfedavg": {"alpha": 0.5}})."""
+    figure = FIGURES[cfg.stage]
+    if sections:
+        cfg = type(cfg).build({**cfg.model_dump(), **{k: {**cfg.model_dump()[k], **v} for k, v in sections.items()}})
+    rows = []
+    for key in methods or cfg.methods:
+        for lr in grid:
+            update = {"methods": [key], "lr": {**cfg.lr, key: lr}, "seeds": seeds or cfg.seeds}
+            if key == "localized_fedavg":
+                update["finetune_lr"] = lr
+            try:
+                result = figure(cfg.model_copy(update=update), show_progress=show_progress)
+            except DivergenceError as exc:  # record the diverged setting and go on
+                rows.append({"method": key, "lr": lr, "accuracy": float("nan"), "loss": float("nan"),
+                             "diverged": str(exc)})
+                continue
+            row = result.table.loc[METHODS[key][0]]
+            rows.append({"method": key, "lr": lr, "accuracy": row["accuracy_mean"], "loss": row["loss_mean"],
+                         "diverged": ""})
+    table = pd.DataFrame(rows)
+    ranked = table.dropna(subset=["accuracy"]).sort_values(["method", "accuracy", "loss"],
+                                                            ascending=[True, False, True])
+    table["best"] = table.index.isin(ranked.groupby("method").head(1).index)
+    return table
+
+
+def save_alpha(result: CurvesResult, path, seed: int | None = None) -> None:
+    """PERM's final alpha (and each client's label histogram) for the heat-map figure (Fig. 5)."""
+    import io as _io
+
+    import numpy as np
+
+    from ..io import atomic_path
+    from ..paths import resolve
+    seed = result.run_info["config"]["seeds"][0] if seed is None else seed
+    state = result.states[("PERM", seed)]
+    if state.alpha is None:
+        raise ValueError("PERM never left its warm-up: no alpha to save (rounds <= warmup_rounds)")
+    buf = _io.BytesIO()
+    np.savez(buf, alpha=state.alpha.cpu().numpy(), label_counts=state.data.label_counts().numpy(),
+             seed=seed, dataset=result.data_label, scale=result.scale)
+    with atomic_path(resolve(path)) as tmp:
+        tmp.write_bytes(buf.getvalue())
+
+
+def load_alpha(path) -> dict:
+    """Read what ``save_alpha`` wrote (plain arrays; no pickle)."""
+    import numpy as np
+
+    from ..paths import resolve
+    with np.load(resolve(path), allow_pickle=False) as z:
+        return {k: (z[k].item() if z[k].ndim == 0 else z[k]) for k in z.files}
+
+
+@register("perm_fig5")
+class PermFig5Config(StageConfig):
+    alpha_file: str
+
+
+# --------------------------------------------------------------------------- Fig. 3: round time
+@register("perm_fig3")
+class PermFig3Config(StageConfig):
+    """Wall-clock time of one communication round (K local steps) per method, fixed CPU threads."""
+    threads: int = Field(ge=1)
+    workloads: list[str] = Field(min_length=1)  # "synthetic-logistic" and/or "mnist-mlp"
+    num_clients: int = Field(ge=2)
+    local_steps: int = Field(ge=1)
+    batch_size: int = Field(ge=1)
+    methods: list[str] = Field(min_length=1)
+    repeats: int = Field(ge=1)
+    perm: PermSection = PermSection()
+    pfedme: PFedMeSection = PFedMeSection()
+    perfedavg: PerFedAvgSection = PerFedAvgSection()
+
+    @field_validator("workloads")
+    @classmethod
+    def _workloads(cls, v):
+        bad = [w for w in v if w not in ("synthetic-logistic", "mnist-mlp")]
+        if bad:
+            raise ValueError(f"workloads must be from ['synthetic-logistic', 'mnist-mlp'], unknown: {bad}")
+        return v
+
+    @field_validator("methods")
+    @classmethod
+    def _methods(cls, v):
+        bad = [m for m in v if m not in METHODS]
+        if bad:
+            raise ValueError(f"methods must be from {sorted(METHODS)}; unknown: {bad}")
+        return v
+
+
+def fig3(cfg: PermFig3Config) -> pd.DataFrame:
+    """Time ``repeats`` consecutive rounds of every method after one warm-up round; PERM's time
+    includes its periodic global-model + alpha updates (every ``perm.update_every`` rounds), so the
+    per-round mean is the amortized cost. Rows: workload, method, repeat, seconds."""
+    import torch
+
+    from ..data.vision import federate
+    from ..models import mlp
+    device = resolve_device(cfg.device)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(cfg.threads)
+    rows = []
+    try:
+        for workload in cfg.workloads:
+            if workload == "synthetic-logistic":
+                data = perm_synthetic(cfg.num_clients, 500, 60, seed=0)
+                factory = lambda: logistic((60,), 2)  # noqa: E731
+            else:
+                img = load_images(DatasetSection(name="mnist", allow_download=False))
+                data = federate(img, cfg.num_clients, "iid", seed=0)
+                factory = lambda: mlp(img.shape, img.num_classes)  # noqa: E731
+            data = data.to(device)
+            model = FunctionalModel(factory, device)
+            # what the method factories read; timing only, so any small step size will do
+            settings = SimpleNamespace(lr={k: 0.01 for k in METHODS}, local_steps=cfg.local_steps,
+                                       batch_size=cfg.batch_size, finetune_steps=1, finetune_lr=0.01,
+                                       perm=cfg.perm, perfedavg=cfg.perfedavg, pfedme=cfg.pfedme)
+            for key in cfg.methods:
+                algo = METHODS[key][1](model, settings)
+                state = algo.round(algo.init(data, 0))
+                for rep in range(cfg.repeats):
+                    start = time.perf_counter()
+                    state = algo.round(state)
+                    if device.type == "cuda":
+                        torch.cuda.synchronize()
+                    rows.append({"workload": workload, "method": METHODS[key][0], "repeat": rep,
+                                 "seconds": time.perf_counter() - start})
+    finally:
+        torch.set_num_threads(previous)
+    return pd.DataFrame(rows)

@@ -1,0 +1,88 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python (pflkit)
+#     language: python
+#     name: pflkit
+# ---
+
+# %% [markdown]
+# # Chayti et al., Fig. 2 — Alone vs weighted gradient averaging (WGA) vs bias correction (BC)
+#
+# Noisy quadratic (Sec. 6): f_0(x) = 1/2 E(x - xi_0)^2 with xi_0 ~ N(0, sigma^2); N collaborators with
+# xi_i ~ N(zeta, sigma^2). Loss = f_0(x_t) - f_0* = x_t^2 / 2. Alone's and WGA's step sizes are tuned on
+# `eta_grid` (by mean final loss on separate draws), BC's step size and EMA rate b are fixed (as in the
+# paper: "tuned for training alone and WGA, but not for BC"). Solid: mean over runs; band: 10-90% of
+# runs; dashed: the exact expected loss (pflkit.theory.speedup.expected_loss).
+#
+# **Our choice of numbers (see params.yaml).** Panel 1 is the default setting, x0 = 5, eta_BC = 0.003,
+# b = 0.001: there BC reaches the lowest final loss, as the paper claims. Panel 2 uses the restored
+# defaults of PAPERS.md (x0 = 1, eta_BC = 0.01, b = 0.01): there BC beats WGA and beats Alone at the same
+# step size, but Alone *tuned* on the grid (eta = 0.001) ends lower than BC, exactly as the theory
+# predicts: with a constant step BC's EMA adds its own noise floor (order a^2 b sigma^2 / 2) and removes
+# the bias only at rate b, so BC gains over a tuned Alone only when its b is small and the start is far
+# from the optimum. The paper's "initial rise" of BC appears when x0 < a zeta (see Fig. 3, zeta >= 10).
+#
+# The parameters cell is a small **smoke** configuration (nbval); `dvc repro` runs `chayti_fig2`.
+
+# %% tags=["parameters"]
+stage = "chayti_fig2"
+n_collaborators = 10
+sigma = 1.0
+zeta = 1.0
+x0 = 1.0
+steps = 400
+runs = 20
+record_every = 10
+tail_fraction = 0.1
+seed = 0
+a_wga = 0.5
+a_bc = 0.9
+eta_grid = [0.003, 0.01, 0.03]
+tuning_runs = 20
+panels = [{"label": "x0: 5, BC eta: 0.003, b: 0.001", "x0": 5.0, "eta_bc": 0.003, "b": 0.001}, {"label": "restored defaults (x0: 1, BC eta: 0.01, b: 0.01)", "x0": 1.0, "eta_bc": 0.01, "b": 0.01}]
+device = "cpu"
+results_dir = "build/smoke/chayti_fig2"
+figures_dir = "build/smoke/figures/chayti"
+
+# %%
+from pathlib import Path
+
+from pflkit import plotting, report
+from pflkit.experiments import chayti
+from pflkit.paths import resolve
+
+cfg = chayti.ChaytiFig2Config.from_namespace(globals())
+result = chayti.fig2_convergence(cfg)
+print(result.data_label, "|", result.scale)
+
+# %% [markdown]
+# Final loss (last step) and tail loss (mean over the last steps) per method, in units of 1e-3, with the
+# exact expectation and floor; then the claim check per panel. This output is the regression reference.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+report.print_table(chayti.display_table(result.table, index=("panel", "label")))
+for label, claim in result.metrics["claims"].items():
+    print(f"{label}: BC lowest final loss: {claim['bc_lowest_final']}; "
+          f"margin in SE: {claim['margin_in_se']}; BC/Alone = {claim['bc_over_alone']:.3f}")
+
+# %%
+plotting.use_style()
+fig, axes = plotting.plt.subplots(1, len(cfg.panels), figsize=(6 * len(cfg.panels), 4.4), squeeze=False)
+for ax, panel in zip(axes[0], cfg.panels):
+    curves = result.curves[result.curves["panel"] == panel.label]
+    etas = result.table[result.table["panel"] == panel.label].set_index("label")["eta"]
+    chayti.loss_axes(ax, curves.assign(label=curves["label"].map(lambda m: f"{m} (eta={etas[m]:g})")))
+    ax.set_title(panel.label, fontsize=10)
+    ax.legend(fontsize=7, title="solid: mean, band: 10-90% of runs, dashed: exact", title_fontsize=7)
+plotting.finish(fig, plotting.title("Chayti Fig. 2: Alone vs WGA vs BC (eta tuned for Alone and WGA)",
+                                    result.data_label, result.scale))
+figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig2_convergence")
+
+# %%
+report.write_stage(cfg.results_dir, result.metrics, curves=result.curves, final=result.table,
+                   tuning=result.extra["tuning"])
+print("wrote", [str(Path(p).name) for p in figure_files], "and", cfg.results_dir)

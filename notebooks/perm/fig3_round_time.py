@@ -1,0 +1,75 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python (pflkit)
+#     language: python
+#     name: pflkit
+# ---
+
+# %% [markdown]
+# # PERM, Fig. 3 — wall-clock time of one communication round
+#
+# One round = every client does its local work once (K = 20 local steps in the paper), measured on
+# the CPU with a fixed number of threads ("a limited environment"). PERM's rounds include its
+# periodic global-model and alpha updates, so its mean is the amortized per-round cost. Expected
+# (paper): PERM costs about as much as FedAvg; Per-FedAvg and pFedMe cost more (extra gradient
+# evaluations per step). Times depend on the machine: the compared table below therefore lists only
+# what was measured; the times are in the figure and in metrics.json.
+
+# %% tags=["parameters"]
+stage = "perm_fig3"
+threads = 1
+workloads = ["synthetic-logistic"]
+num_clients = 10
+local_steps = 20
+batch_size = 20
+methods = ["fedavg", "perm", "perfedavg_fo", "pfedme"]
+repeats = 3
+perm = {"update_every": 5}
+device = "cpu"
+results_dir = "build/smoke/perm_fig3"
+figures_dir = "build/smoke/figures/perm"
+
+# %%
+import platform
+
+import seaborn as sns
+
+from pflkit import plotting, report
+from pflkit.experiments import perm as experiment
+from pflkit.paths import resolve
+
+cfg = experiment.PermFig3Config.from_namespace(globals())
+times = experiment.fig3(cfg)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(times.groupby(["workload", "method"]).size().rename("rounds timed").to_string())
+
+# %%
+summary = times.groupby(["workload", "method"])["seconds"].agg(["median", "mean", "std"])
+summary["vs FedAvg (median)"] = summary["median"] / summary.xs("FedAvg", level="method")["median"].reindex(
+    summary.index.get_level_values("workload")).to_numpy()
+print(summary.round(4).to_string())
+
+# %%
+plotting.use_style()
+fig, axes = plotting.plt.subplots(1, len(cfg.workloads), figsize=(6 * len(cfg.workloads), 4), squeeze=False)
+for ax, workload in zip(axes[0], cfg.workloads):
+    sub = times[times.workload == workload].assign(ms=lambda d: d.seconds * 1e3)
+    sns.barplot(data=sub, x="method", y="ms", errorbar="sd", ax=ax)
+    ax.set(xlabel="method", ylabel="time per communication round (ms)", title=f"{workload}, N={cfg.num_clients}")
+    ax.tick_params(axis="x", rotation=20)
+machine = f"{platform.machine()} CPU, {cfg.threads} thread(s), device {cfg.device}"
+scale = f"K={cfg.local_steps} local steps, batch {cfg.batch_size}, {cfg.repeats} rounds timed; {machine}"
+plotting.finish(fig, plotting.title("PERM Fig. 3: wall-clock time per round", ", ".join(cfg.workloads), scale))
+figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig3_round_time")
+
+# %%
+flat = summary.reset_index()
+metrics = {"machine": machine, "seconds_per_round": {f"{r.workload}/{r.method}": {"median": r["median"], "mean": r["mean"],
+           "vs_fedavg": r["vs FedAvg (median)"]} for _, r in flat.iterrows()}}
+report.write_stage(cfg.results_dir, metrics, run_info={"stage": cfg.stage, "config": cfg.model_dump(),
+                                                        "environment": report.environment()}, times=times)

@@ -1,0 +1,72 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python (pflkit)
+#     language: python
+#     name: pflkit
+# ---
+
+# %% [markdown]
+# # PERM, Fig. 5 — the learned mixing weights of the Fig. 4 run
+#
+# Heat map of alpha (N x N; row i = client i's weights over all clients) at the end of the Fig. 4
+# PERM run (first seed). Clients are ordered by their majority label so clients with similar label
+# distributions sit together. The dataset is whatever Fig. 4 ran (a named substitute offline).
+# The smoke default reads the alpha that the Fig. 4 notebook's smoke run saved (run it first);
+# `dvc repro` reads `models/perm_fig4/alpha.npz`.
+
+# %% tags=["parameters"]
+stage = "perm_fig5"
+alpha_file = "build/smoke/perm_fig4/alpha.npz"
+device = "cpu"
+results_dir = "build/smoke/perm_fig5"
+figures_dir = "build/smoke/figures/perm"
+
+# %%
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+from pflkit import plotting, report
+from pflkit.experiments import perm as experiment
+from pflkit.paths import resolve
+
+cfg = experiment.PermFig5Config.from_namespace(globals())
+saved = experiment.load_alpha(cfg.alpha_file)
+alpha, counts = saved["alpha"], saved["label_counts"]
+majority = counts.argmax(1)
+order = np.lexsort((-counts.max(1), majority))
+share = counts / counts.sum(1, keepdims=True)
+similarity = share @ share.T  # overlap of label distributions
+
+# %%
+# NBVAL_CHECK_OUTPUT
+summary = pd.Series({
+    "clients": len(alpha),
+    "effective support (mean 1/sum a^2)": float((1 / (alpha ** 2).sum(1)).mean()),
+    "self weight (mean)": float(np.diag(alpha).mean()),
+    "mass on same-majority-label clients": float((alpha * (majority[:, None] == majority[None, :])).sum(1).mean()),
+    "corr(alpha_ij, label overlap), i != j": float(np.corrcoef(alpha[~np.eye(len(alpha), dtype=bool)],
+                                                                similarity[~np.eye(len(alpha), dtype=bool)])[0, 1]),
+})
+report.print_table(summary.to_frame("value"))
+
+# %%
+plotting.use_style()
+fig, (ax_a, ax_s) = plotting.plt.subplots(1, 2, figsize=(12, 5))
+sns.heatmap(alpha[order][:, order], ax=ax_a, cmap="viridis", vmin=0, square=True,
+            cbar_kws={"label": "alpha_i(j) (weight)"}, xticklabels=False, yticklabels=False)
+ax_a.set(xlabel="client j (by majority label)", ylabel="client i (by majority label)", title="learned alpha")
+sns.heatmap(similarity[order][:, order], ax=ax_s, cmap="mako", vmin=0, square=True,
+            cbar_kws={"label": "label-distribution overlap p_i . p_j"}, xticklabels=False, yticklabels=False)
+ax_s.set(xlabel="client j (by majority label)", ylabel="client i (by majority label)",
+         title="label overlap (for reference)")
+plotting.finish(fig, plotting.title("PERM Fig. 5: mixing weights of the Fig. 4 run", str(saved["dataset"]),
+                                    str(saved["scale"])))
+figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig5_alpha_heatmap")
+
+# %%
+report.write_stage(cfg.results_dir, {"dataset": str(saved["dataset"]), **summary.to_dict()},
+                   run_info={"stage": cfg.stage, "config": cfg.model_dump(), "environment": report.environment()})

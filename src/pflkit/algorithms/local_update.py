@@ -1,0 +1,307 @@
+"""LocalUpdate (Charles & Konecny, Algs. 1-2), MAML, their Table 1 presets, and a closed-form quadratic path.
+
+ClientUpdate(i, x): K(Theta) minibatch SGD steps (batch B, lr gamma) on f_i(v) + alpha/2 |v - x|^2
+from v_1 = x, returning sum_k theta_k g_k. ServerUpdate: sample M clients, average their outputs into
+q_t, x_{t+1} = ServerOpt(x_t, q_t). On quadratics E[ClientUpdate] = grad f~_i (Theorem 1).
+
+- ``LocalUpdate`` / ``MAML``: any engine model (FunctionalModel or ``data.quadratic.QuadraticModel``),
+  batched over clients by ``engine.local_sgd`` (client side) and a ``ServerOpt`` on Params.
+- ``ServerOpt``: gd, heavy_ball, nesterov (torch.optim.SGD) and adam (torch.optim.Adam, = FedAdam).
+- Presets (Table 1, ServerOpt = GD unless given): ``minibatch_sgd``, ``lookahead``, ``fedsgd``,
+  ``fedavg`` (= Reptile), ``fedprox`` (= MetaMinibatchProx), ``fomaml``, ``maml``.
+- ``QuadraticLocalUpdate``: the same algorithm on ``QuadraticClients`` as batched float64 matrix
+  algebra (clients A [M, d, d]); exact (full-batch) or with the engine's minibatch draws.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from torch.func import grad, vmap
+
+from ..data.federated import FederatedDataset
+from ..data.quadratic_clients import QuadraticClients
+from ..engine.local_sgd import local_sgd
+from ..engine.params import Params, broadcast, mean
+from ..theory.surrogate import Theta, theta_1_to_K, theta_K, tuned_server
+from .base import BaseState, check_positive
+
+__all__ = ["ServerOpt", "LocalUpdate", "LocalUpdateState", "MAML", "QuadraticLocalUpdate",
+           "Theta", "theta_K", "theta_1_to_K", "sample_clients", "minibatch_sgd", "lookahead",
+           "fedsgd", "fedavg", "fedprox", "fomaml", "maml", "maml_theta"]
+
+SERVER_KINDS = ("gd", "heavy_ball", "nesterov", "adam")
+
+
+# ---------------------------------------------------------------------------------- server side
+class ServerOpt:
+    """First-order server optimizer applied to the pseudo-gradient q_t (Alg. 1).
+
+    gd: x - lr q; heavy_ball: v = beta v + q, x - lr v (Polyak); nesterov: torch's Nesterov SGD, equal
+    to x_{t+1} = y_t - lr q(y_t), y_{t+1} = x_{t+1} + beta (x_{t+1} - x_t) with the gradient taken at
+    the stored point; adam: torch.optim.Adam (FedAdam). ``ServerOpt.tuned`` gives Table 2's settings.
+    """
+
+    def __init__(self, kind: str = "gd", lr: float = 1.0, momentum: float = 0.0,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+        if kind not in SERVER_KINDS:
+            raise ValueError(f"ServerOpt kind must be one of {SERVER_KINDS}, got {kind!r}")
+        check_positive("lr", lr)
+        if kind in ("heavy_ball", "nesterov") and not 0 <= momentum < 1:
+            raise ValueError(f"momentum must be in [0, 1) for {kind}, got {momentum!r}")
+        if kind == "gd" and momentum:
+            raise ValueError(f"gd has no momentum (use heavy_ball or nesterov), got momentum={momentum!r}")
+        self.kind, self.lr, self.momentum, self.betas, self.eps = kind, float(lr), float(momentum), betas, eps
+
+    @classmethod
+    def tuned(cls, kind: str, mu_tilde: float, L_tilde: float) -> "ServerOpt":
+        """The step size / momentum attaining Table 2's rho for Hessian spectrum in [mu~, L~]."""
+        h = tuned_server(kind, mu_tilde, L_tilde)
+        return cls(h["kind"], h["lr"], h["momentum"])
+
+    def init(self, x: Params) -> torch.optim.Optimizer:
+        """A torch optimizer over leaf copies of x (its state is the server's momentum / moments)."""
+        leaves = [v.detach().clone() for v in x.values()]
+        if self.kind == "adam":
+            return torch.optim.Adam(leaves, lr=self.lr, betas=self.betas, eps=self.eps)
+        return torch.optim.SGD(leaves, lr=self.lr, momentum=self.momentum if self.kind != "gd" else 0.0,
+                               nesterov=self.kind == "nesterov" and self.momentum > 0)
+
+    @staticmethod
+    def step(opt: torch.optim.Optimizer, names: list[str], q: Params) -> Params:
+        """Apply pseudo-gradient q; returns the new server parameters (copies)."""
+        leaves = opt.param_groups[0]["params"]
+        for p, name in zip(leaves, names):
+            p.grad = q[name].detach().to(p.dtype)
+        opt.step()
+        return {name: p.detach().clone() for name, p in zip(names, leaves)}
+
+    def __repr__(self) -> str:
+        extra = f", momentum={self.momentum:g}" if self.kind in ("heavy_ball", "nesterov") else ""
+        return f"ServerOpt({self.kind}, lr={self.lr:g}{extra})"
+
+
+def sample_clients(num_clients: int, m: int | None, generator: torch.Generator) -> Tensor:
+    """M clients without replacement within a round (all when m is None or >= N), sorted; the same
+    draw as ``FedAvg.participants``."""
+    if m is None or m >= num_clients:
+        return torch.arange(num_clients)
+    return torch.randperm(num_clients, generator=generator)[:m].sort().values
+
+
+def _as_theta(theta) -> Theta:
+    return theta if isinstance(theta, Theta) else Theta.of(theta)
+
+
+def _check_common(alpha, gamma, batch_size, clients_per_round):
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not alpha >= 0:
+        raise ValueError(f"alpha must be a number >= 0, got {alpha!r}")
+    if not isinstance(gamma, (int, float)) or isinstance(gamma, bool) or not gamma >= 0:
+        raise ValueError(f"gamma must be a number >= 0, got {gamma!r}")
+    if batch_size is not None:
+        check_positive("batch_size", batch_size, integer=True)
+    if clients_per_round is not None:
+        check_positive("clients_per_round", clients_per_round, integer=True)
+
+
+# ------------------------------------------------------------------------- LocalUpdate (engine)
+@dataclass
+class LocalUpdateState(BaseState):
+    x: Params  # the server model, no leading dim
+    server: torch.optim.Optimizer
+
+
+class LocalUpdate:
+    """LocalUpdate(Theta, alpha, gamma, B, M, ServerOpt) for any engine model (Algs. 1-2)."""
+
+    name = "LocalUpdate"
+
+    def __init__(self, model, *, theta, gamma: float, alpha: float = 0.0, batch_size: int,
+                 clients_per_round: int | None = None, server_opt: ServerOpt | None = None,
+                 name: str | None = None):
+        _check_common(alpha, gamma, batch_size, clients_per_round)
+        self.model = model
+        self.theta = _as_theta(theta)
+        self.gamma, self.alpha = float(gamma), float(alpha)
+        self.batch_size, self.clients_per_round = batch_size, clients_per_round
+        self.server_opt = server_opt or ServerOpt("gd", 1.0)
+        if name:
+            self.name = name
+
+    def init(self, data: FederatedDataset, seed: int, x0: Params | None = None) -> LocalUpdateState:
+        x = self.model.init(seed) if x0 is None else {k: v.clone() for k, v in x0.items()}
+        return LocalUpdateState(data, torch.Generator().manual_seed(seed), seed, 0, x, self.server_opt.init(x))
+
+    def client_updates(self, x: Params, data: FederatedDataset, clients: Tensor,
+                       generator: torch.Generator) -> Params:
+        """ClientUpdate (Alg. 2) for each listed client at once: sum_k theta_k g_k, stacked [M, ..]."""
+        start = broadcast(x, len(clients))
+        _, _, q = local_sgd(self.model, start, data, clients, steps=self.theta.K, lr=self.gamma,
+                            batch_size=self.batch_size, generator=generator, prox=self.alpha,
+                            anchor=start if self.alpha else None,
+                            # [K, M] explicitly: a [K] vector is read as per-model when K == M
+                            grad_weights=self.theta.weights.float().unsqueeze(1).expand(self.theta.K, len(clients)))
+        return q
+
+    def round(self, s: LocalUpdateState) -> LocalUpdateState:
+        clients = sample_clients(s.data.num_clients, self.clients_per_round, s.generator)
+        q = mean(self.client_updates(s.x, s.data, clients, s.generator))
+        x = ServerOpt.step(s.server, list(s.x), q)
+        return LocalUpdateState(s.data, s.generator, s.seed, s.round + 1, x, s.server)
+
+    def personalized(self, s: LocalUpdateState) -> Params:
+        return broadcast(s.x, s.data.num_clients)
+
+
+class MAML(LocalUpdate):
+    """MAML with K inner minibatch GD steps (lr gamma) and the exact gradient through them.
+
+    Client i sends grad_x f(X_K(x); S_out), X_K = K SGD steps on batches S_1..S_K, S_out a fresh
+    batch; with full-batch steps on a quadratic this is grad f~_i(x; 0, gamma, Theta_{2K+1}) (Thm. 2).
+    """
+
+    name = "MAML"
+
+    def __init__(self, model, *, inner_steps: int, gamma: float, batch_size: int,
+                 clients_per_round: int | None = None, server_opt: ServerOpt | None = None,
+                 name: str | None = None):
+        check_positive("inner_steps", inner_steps, integer=True)
+        super().__init__(model, theta=theta_K(1), gamma=gamma, alpha=0.0, batch_size=batch_size,
+                         clients_per_round=clients_per_round, server_opt=server_opt, name=name)
+        self.inner_steps = inner_steps
+        self._meta_grad = vmap(grad(self.meta_loss))
+
+    def meta_loss(self, x: Params, xs: Tensor, ys: Tensor, xo: Tensor, yo: Tensor) -> Tensor:
+        """f(X_K(x); outer batch) for one client: xs [K, B, ..] inner batches, xo [B, ..] outer."""
+        v = x
+        for k in range(self.inner_steps):
+            g = grad(self.model.loss)(v, xs[k], ys[k])
+            v = {n: v[n] - self.gamma * g[n] for n in v}
+        return self.model.loss(v, xo, yo)
+
+    def client_updates(self, x: Params, data: FederatedDataset, clients: Tensor,
+                       generator: torch.Generator) -> Params:
+        K, m = self.inner_steps, len(clients)
+        idx = data.sample_indices(clients.unsqueeze(0).expand(K + 1, m), self.batch_size, generator)
+        idx = idx.transpose(0, 1)  # [M, K+1, B]
+        xs, ys = data.x_train[idx], data.y_train[idx]
+        return self._meta_grad(broadcast(x, m), xs[:, :K], ys[:, :K], xs[:, K], ys[:, K])
+
+
+# ------------------------------------------------------------------------------- Table 1 presets
+def minibatch_sgd(model, *, lr: float, batch_size: int, server_opt: ServerOpt | None = None) -> LocalUpdate:
+    """Mini-batch SGD: Theta_1, alpha = 0, gamma = 0 (with |P| = 1: one client holds all data)."""
+    return LocalUpdate(model, theta=theta_K(1), gamma=0.0, batch_size=batch_size,
+                       server_opt=server_opt or ServerOpt("gd", lr), name="Mini-batch SGD")
+
+
+def lookahead(model, *, steps: int, fast_lr: float, slow_step: float, batch_size: int) -> LocalUpdate:
+    """Lookahead (Zhang et al.) on one client: K fast SGD steps, then x <- x + a (x_K - x), i.e.
+    Theta_{1:K}, gamma = fast_lr and server GD with lr a * gamma."""
+    return LocalUpdate(model, theta=theta_1_to_K(steps), gamma=fast_lr, batch_size=batch_size,
+                       server_opt=ServerOpt("gd", slow_step * fast_lr), name="Lookahead")
+
+
+def fedsgd(model, *, steps: int, lr: float, batch_size: int, clients_per_round: int | None = None,
+           server_opt: ServerOpt | None = None) -> LocalUpdate:
+    """FedSGD: Theta_{1:K}, alpha = 0, gamma = 0 (K minibatch gradients at the broadcast point)."""
+    return LocalUpdate(model, theta=theta_1_to_K(steps), gamma=0.0, batch_size=batch_size,
+                       clients_per_round=clients_per_round, server_opt=server_opt or ServerOpt("gd", lr),
+                       name="FedSGD")
+
+
+def fedavg(model, *, steps: int, gamma: float, batch_size: int, lr: float | None = None,
+           clients_per_round: int | None = None, server_opt: ServerOpt | None = None) -> LocalUpdate:
+    """FedAvg / Reptile: Theta_{1:K}, alpha = 0, gamma > 0; with server lr = gamma it is model averaging."""
+    return LocalUpdate(model, theta=theta_1_to_K(steps), gamma=gamma, batch_size=batch_size,
+                       clients_per_round=clients_per_round,
+                       server_opt=server_opt or ServerOpt("gd", gamma if lr is None else lr), name="FedAvg")
+
+
+def fedprox(model, *, steps: int, gamma: float, alpha: float, batch_size: int, lr: float | None = None,
+            clients_per_round: int | None = None, server_opt: ServerOpt | None = None) -> LocalUpdate:
+    """FedProx / MetaMinibatchProx: Theta_{1:K}, alpha > 0, gamma > 0."""
+    check_positive("alpha", alpha)
+    return LocalUpdate(model, theta=theta_1_to_K(steps), gamma=gamma, alpha=alpha, batch_size=batch_size,
+                       clients_per_round=clients_per_round,
+                       server_opt=server_opt or ServerOpt("gd", gamma if lr is None else lr), name="FedProx")
+
+
+def fomaml(model, *, steps: int, gamma: float, lr: float, batch_size: int,
+           clients_per_round: int | None = None, server_opt: ServerOpt | None = None) -> LocalUpdate:
+    """FOMAML: Theta_K, alpha = 0 (the gradient at the point reached after K-1 local steps)."""
+    return LocalUpdate(model, theta=theta_K(steps), gamma=gamma, batch_size=batch_size,
+                       clients_per_round=clients_per_round, server_opt=server_opt or ServerOpt("gd", lr),
+                       name="FOMAML")
+
+
+def maml(model, *, inner_steps: int, gamma: float, lr: float, batch_size: int,
+         clients_per_round: int | None = None, server_opt: ServerOpt | None = None) -> MAML:
+    """MAML with K inner steps; on quadratics with exact steps it equals LocalUpdate(Theta_{2K+1})."""
+    return MAML(model, inner_steps=inner_steps, gamma=gamma, batch_size=batch_size,
+                clients_per_round=clients_per_round, server_opt=server_opt or ServerOpt("gd", lr))
+
+
+def maml_theta(inner_steps: int) -> Theta:
+    """Theta_{2K+1}: the LocalUpdate weights MAML with K inner GD steps equals on quadratics (Thm. 2)."""
+    return theta_K(2 * inner_steps + 1)
+
+
+# --------------------------------------------------------------------- closed-form quadratic path
+class QuadraticLocalUpdate:
+    """LocalUpdate on ``QuadraticClients`` as batched float64 matrix algebra.
+
+    ``batch_size=None``: exact ClientUpdate (gradients A_i (v - c_i), B covering the data);
+    otherwise minibatches of examples (B_z, c_z) drawn by the engine's sampler in the same order as
+    ``LocalUpdate`` (clients, then [K, M, B] indices), so both paths see identical draws.
+    """
+
+    def __init__(self, *, theta, gamma: float, alpha: float = 0.0, batch_size: int | None = None,
+                 clients_per_round: int | None = None, server_opt: ServerOpt | None = None):
+        _check_common(alpha, gamma, batch_size, clients_per_round)
+        self.theta = _as_theta(theta)
+        self.gamma, self.alpha = float(gamma), float(alpha)
+        self.batch_size, self.clients_per_round = batch_size, clients_per_round
+        self.server_opt = server_opt or ServerOpt("gd", 1.0)
+
+    def client_updates(self, qc: QuadraticClients, clients: Tensor, x: Tensor,
+                       generator: torch.Generator | None = None) -> Tensor:
+        """ClientUpdate for clients [M] (repeats allowed: independent runs) at x [d] or [M, d] -> [M, d]."""
+        K, m = self.theta.K, len(clients)
+        w = self.theta.weights.to(qc.device)
+        x = torch.as_tensor(x, dtype=torch.float64, device=qc.device).expand(m, qc.dim)
+        cl = torch.as_tensor(clients, device=qc.device)
+        if self.batch_size is None:
+            A, c = qc.A[cl], qc.c[cl]
+        else:
+            if generator is None:
+                raise ValueError("a minibatch ClientUpdate needs a generator")
+            idx = qc.sample_indices(torch.as_tensor(clients).cpu().unsqueeze(0).expand(K, m),
+                                    self.batch_size, generator)  # [K, M, B]
+        v, acc = x.clone(), torch.zeros_like(x)
+        for k in range(K):
+            if self.batch_size is None:
+                g = (A @ (v - c).unsqueeze(-1)).squeeze(-1)
+            else:
+                B, cz = qc.Bz[idx[k]], qc.cz[idx[k]]  # [M, B, d, d], [M, B, d]
+                g = (B @ (v.unsqueeze(1) - cz).unsqueeze(-1)).squeeze(-1).mean(1)
+            if self.alpha:
+                g = g + self.alpha * (v - x)
+            acc = acc + w[k] * g
+            v = v - self.gamma * g
+        return acc
+
+    def run(self, qc: QuadraticClients, x0: Tensor, rounds: int, seed: int = 0) -> Tensor:
+        """Iterates x_0 .. x_T of LocalUpdate: [rounds + 1, d] float64."""
+        check_positive("rounds", rounds, integer=True, allow_zero=True)
+        gen = torch.Generator().manual_seed(seed)
+        x = {"x": torch.as_tensor(x0, dtype=torch.float64, device=qc.device).clone()}
+        opt = self.server_opt.init(x)
+        out = [x["x"]]
+        for _ in range(rounds):
+            clients = sample_clients(qc.num_clients, self.clients_per_round, gen)
+            q = self.client_updates(qc, clients, x["x"], gen).mean(0)
+            x = ServerOpt.step(opt, ["x"], {"x": q})
+            out.append(x["x"])
+        return torch.stack(out)
