@@ -2,7 +2,7 @@
 per stage and a function per figure. Importing this package registers every stage config."""
 import importlib
 
-for _name in ("perm", "chayti", "charles"):
+for _name in ("perm", "perm_hetero", "chayti", "charles", "charles_nn"):
     try:
         importlib.import_module(f"{__name__}.{_name}")
     except ModuleNotFoundError as exc:  # a paper module not written yet
