@@ -3,14 +3,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
 
-matplotlib.use("Agg") if not matplotlib.get_backend().lower().startswith(("module://", "nbagg")) else None
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from .io import atomic_path  # noqa: E402
+from .io import atomic_path
 
 FORMATS = ("png", "svg")
 BASELINE = "Majority class"

@@ -213,8 +213,8 @@ class PERM:
 
     # -- helpers
     def _alpha(self, s: PERMState, init: Tensor | None) -> Tensor:
-        solver = "gd" if init is not None else self.alpha_solver
-        return mixing_weights(self.model, s.w, s.data, self.lam, solver=solver, steps=self.alpha_steps,
+        """alpha at the current global model: exact, or ``alpha_steps`` GD steps warm-started at ``init``."""
+        return mixing_weights(self.model, s.w, s.data, self.lam, solver=self.alpha_solver, steps=self.alpha_steps,
                               samples=self.alpha_samples, generator=s.generator, init=init)
 
     def _period(self, n: int) -> int | None:
