@@ -43,7 +43,7 @@ notebooks: setup
 	$(PY) -m pflkit notebooks refresh
 
 bench: setup
-	$(PY) benchmarks/fedavg_round.py
+	$(PY) benchmarks/speed.py --threads 1,2
 
 clean:
 	rm -rf build .pytest_cache

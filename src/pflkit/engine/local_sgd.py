@@ -72,27 +72,49 @@ def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, cl
     else:
         idx = data.sample_indices(schedule, batch_size, generator)  # [steps, N, B]
     losses = torch.empty(steps, n, device=data.device)
+    names = list(params)
+    # one working copy, updated in place with fused multi-tensor ops (the caller's tensors are untouched)
+    cur = [params[k].clone() for k in names]
+    dims = sorted({p.dim() for p in cur})
+    anchors = None if not prox else [anchor[k] for k in names]
     acc = None
     if grad_weights is not None:
         theta = expand_lr(grad_weights, steps, n, data.device)
-        acc = {k: torch.zeros_like(p) for k, p in params.items()}
+        acc = [torch.zeros_like(p) for p in cur]
+    # plain SGD on graph-free tensors: the model applies the step itself (engine.stacked folds it into
+    # the weight-gradient matmul); prox, grad_weights or differentiable inputs take the general path
+    fused = (not prox and acc is None and hasattr(model, "sgd_step_")
+             and not (torch.is_grad_enabled() and any(p.requires_grad for p in cur)))
     for s in range(steps):
+        stacked = dict(zip(names, cur))
         if full:
             c = sched_dev[s]
-            grads, loss = model.batched_full_grad(params, x_pad[c], y_pad[c], mask[c])
+            grads, loss = model.batched_full_grad(stacked, x_pad[c], y_pad[c], mask[c])
         else:
-            grads, loss = model.batched_grad(params, data.x_train[idx[s]], data.y_train[idx[s]])
+            rows = idx[s].reshape(-1)
+            x = data.x_train.index_select(0, rows).reshape(*idx.shape[1:], *data.x_train.shape[1:])
+            y = data.y_train.index_select(0, rows).reshape(*idx.shape[1:], *data.y_train.shape[1:])
+            if fused:
+                losses[s] = model.sgd_step_(stacked, x, y, lrs[s])
+                continue
+            grads, loss = model.batched_grad(stacked, x, y)
         losses[s] = loss
-        new = {}
-        for k, p in params.items():
-            g = grads[k] if not prox else grads[k] + prox * (p - anchor[k])
-            new[k] = p - scale_like(lrs[s], p) * g
-            if acc is not None:
-                acc[k] = acc[k] + scale_like(theta[s], p) * g
-        params = new
+        g = [grads[k] for k in names]
+        if prox:  # g + prox * (v - anchor)
+            g = torch._foreach_add(g, torch._foreach_mul(torch._foreach_sub(cur, anchors), prox))
+        if acc is not None:
+            torch._foreach_add_(acc, torch._foreach_mul(g, _per_model(theta[s], dims, cur)))
+        torch._foreach_sub_(cur, torch._foreach_mul(g, _per_model(lrs[s], dims, cur)))
+    params = dict(zip(names, cur))
     if acc is not None:
-        return params, losses, acc
+        return params, losses, dict(zip(names, acc))
     return params, losses
+
+
+def _per_model(values: Tensor, dims: list[int], like: list[Tensor]) -> list[Tensor]:
+    """A per-model vector [n] viewed to broadcast against each stacked tensor [n, ..]."""
+    views = {d: scale_like(values, torch.empty((0,) * d)) for d in dims}
+    return [views[p.dim()] for p in like]
 
 
 def full_gradients(model: FunctionalModel, params: Params, data: FederatedDataset,
