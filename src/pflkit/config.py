@@ -7,11 +7,12 @@ the value and what is allowed.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Annotated, Any, Mapping
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator
 
 from .engine.device import DEVICES
 
@@ -22,6 +23,20 @@ RUNNER_KEYS = ("stage", "results_dir", "figures_dir")
 
 class ConfigError(ValueError):
     """One or more configuration values are invalid; the message lists each problem."""
+
+
+class KeyedProblems(ValueError):
+    """Raised by a rule across keys (a model validator): each problem names its own key, so the
+    message reads ``stage.key: problem`` rather than ``stage.<section>: ...``."""
+
+    def __init__(self, problems: list[tuple[str, str]]):
+        self.problems = list(problems)
+        super().__init__("; ".join(f"{k}: {m}" for k, m in self.problems))
+
+
+def raise_problems(problems: list[tuple[str, str]]) -> None:
+    if problems:
+        raise KeyedProblems(problems)
 
 
 class StageConfig(BaseModel):
@@ -63,6 +78,10 @@ def format_errors(cls, exc: ValidationError) -> str:
         if err["type"] == "extra_forbidden":
             allowed = ", ".join(sorted(cls.model_fields))
             lines.append(f"{key}: unknown key (value {err['input']!r}); allowed keys: {allowed}")
+        elif isinstance((err.get("ctx") or {}).get("error"), KeyedProblems):
+            prefix = ".".join(str(p) for p in err["loc"])
+            for k, msg in err["ctx"]["error"].problems:
+                lines.append(f"{prefix + '.' if prefix else ''}{k}: {msg}")
         elif not err["loc"]:  # a rule across keys: the input is the whole section, not worth echoing
             lines.append(f"{key}: {err['msg'].removeprefix('Value error, ')}")
         else:
@@ -134,3 +153,114 @@ def validate_all(params: Mapping[str, Any]) -> list[str]:
         except ConfigError as exc:
             problems.extend(str(exc).splitlines())
     return problems
+
+
+# --------------------------------------------------------------------------- shared checks
+# Reusable by every stage config: dataset names, partition specs that must fit the data, and
+# weights on the probability simplex. Each raises (or lists) problems naming key, value and rule.
+
+def check_dataset_name(name: str) -> str:
+    """A dataset name pflkit.data.vision knows (aliases and case allowed); returned unchanged."""
+    from .data.vision import canonical_name
+    canonical_name(name)  # ValueError: unknown dataset 'x'; allowed: [...]
+    return name
+
+
+def dataset_num_classes(name: str) -> int:
+    from .data.vision import SOURCES, canonical_name
+    return SOURCES[canonical_name(name)].num_classes
+
+
+DatasetName = Annotated[str, AfterValidator(check_dataset_name)]
+
+#: partition scheme -> (required options, optional options); see pflkit.data.partition / vision.federate
+PARTITION_OPTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "iid": ((), ("samples_per_client",)),
+    "classes": (("classes_per_client",), ("samples_per_client",)),
+    "dirichlet": (("beta",), ("min_size",)),
+    "natural": ((), ()),
+}
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def partition_problems(spec, key: str = "partition", allow_natural: bool = True) -> list[tuple[str, str]]:
+    """Scheme name, option names (typos) and option values of one partition spec
+    (``{scheme: classes, classes_per_client: 2}``)."""
+    if not isinstance(spec, Mapping):
+        return [(key, f"must be a mapping like {{scheme: iid}}, got {spec!r}")]
+    schemes = tuple(s for s in PARTITION_OPTIONS if allow_natural or s != "natural")
+    scheme = spec.get("scheme")
+    if scheme not in schemes:
+        return [(f"{key}.scheme", f"must be one of {schemes}, got {scheme!r}")]
+    required, optional = PARTITION_OPTIONS[scheme]
+    problems = []
+    for k in spec:
+        if k != "scheme" and k not in required + optional:
+            problems.append((f"{key}.{k}", f"unknown option for scheme {scheme!r} (value {spec[k]!r}); "
+                                           f"allowed: {sorted(required + optional) or 'none'}"))
+    for k in required:
+        if k not in spec:
+            problems.append((f"{key}.{k}", f"required by scheme {scheme!r}"))
+    for k in ("classes_per_client", "samples_per_client", "min_size"):
+        if k in spec and not (_is_int(spec[k]) and spec[k] >= 1):
+            problems.append((f"{key}.{k}", f"must be an integer >= 1, got {spec[k]!r}"))
+    if "beta" in spec and not (isinstance(spec["beta"], (int, float)) and not isinstance(spec["beta"], bool)
+                               and math.isfinite(spec["beta"]) and spec["beta"] > 0):
+        problems.append((f"{key}.beta", f"must be a number > 0 (Dirichlet concentration), got {spec['beta']!r}"))
+    return problems
+
+
+def image_partition_problems(dataset, spec, num_clients: int, pool_size: int | None = None,
+                             key: str = "partition") -> list[tuple[str, str]]:
+    """``partition_problems`` plus what needs the dataset's size, known without loading pixels:
+    classes_per_client <= classes of the dataset (and of its substitute, either may run), and every
+    client gets >= 2 samples (one train, one test) of a ``pool_size`` pool. ``dataset`` is a name or
+    a section with ``name`` / ``substitute``. (The exact sample count of the source that loads is
+    checked again when the federation is built, before training.)"""
+    problems = partition_problems(spec, key)
+    if problems:
+        return problems
+    names = [dataset] if isinstance(dataset, str) else [getattr(dataset, "name", None),
+                                                        getattr(dataset, "substitute", None)]
+    names = [n for n in names if n is not None]
+    k = spec.get("classes_per_client")
+    for name in names:
+        try:
+            classes = dataset_num_classes(name)
+        except ValueError:
+            continue  # the name itself is reported by its own field
+        if k is not None and k > classes:
+            problems.append((f"{key}.classes_per_client",
+                             f"{k} exceeds the {classes} classes of {name}; allowed: 1..{classes}"))
+    if pool_size is not None and 2 * num_clients > pool_size:
+        problems.append(("num_clients", f"{num_clients} clients need >= 2 samples each (one train, one test) "
+                                        f"but pool_size is {pool_size}; allowed: num_clients <= {pool_size // 2}"))
+    per_client = spec.get("samples_per_client")
+    if per_client is not None and pool_size is not None and per_client * num_clients > pool_size:
+        problems.append((f"{key}.samples_per_client",
+                         f"{per_client} x {num_clients} clients exceeds pool_size {pool_size}"))
+    return problems
+
+
+def check_simplex(weights, tol: float = 1e-6):
+    """Mixing weights on the probability simplex: a vector, or a matrix whose every row is one
+    (entries >= 0, summing to 1 within ``tol``). Returned unchanged."""
+    if not isinstance(weights, (list, tuple)) or not weights:
+        raise ValueError(f"must be a non-empty list of weights (or of rows of weights), got {weights!r}")
+    matrix = all(isinstance(r, (list, tuple)) for r in weights)
+    for i, row in enumerate(weights if matrix else [weights]):
+        where = f"row {i} " if matrix else ""
+        try:
+            values = [float(x) for x in row]
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}must hold numbers, got {row!r}") from None
+        if not values or any(not math.isfinite(x) or x < 0 for x in values) or abs(sum(values) - 1) > tol:
+            raise ValueError(f"{where}must lie on the simplex (entries >= 0 summing to 1), got {list(row)!r} "
+                             f"(sum {sum(values) if values else 0:g})")
+    return weights
+
+
+SimplexWeights = Annotated[list, AfterValidator(check_simplex)]

@@ -17,11 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..algorithms import FedAvg, Local, LocalizedFedAvg, PerFedAvg, PFedMe
 from ..algorithms.perm import ALPHA_INITS, ALPHA_SOLVERS, PERM
-from ..config import StageConfig, register
+from ..config import (DatasetName, StageConfig, image_partition_problems, partition_problems, raise_problems,
+                      register)
 from ..data.federated import FederatedDataset
 from ..data.synthetic import perm_synthetic
 from ..engine import FunctionalModel, resolve_device
 from ..models import logistic
+from ..paths import resolve
 from ..report import environment, table_records
 from ..runner import DivergenceError, final_table, run_methods
 
@@ -191,7 +193,8 @@ def run_curves(cfg: RunConfig, model_factory: Callable, data_for_seed: Callable[
     start = time.perf_counter()
     states: dict = {}
     history = run_methods(methods, lambda s: data_for_seed(s).to(device), cfg.seeds, cfg.rounds, cfg.eval_every,
-                          show_progress, keep=states)
+                          show_progress, keep=states, checkpoint_dir=resolve("build/checkpoints") / cfg.stage,
+                          checkpoint_every=5, checkpoint_tag=cfg.model_dump_json())
     elapsed = time.perf_counter() - start
     table = final_table(history, ("accuracy", "accuracy_weighted", "loss"))
     data = data_for_seed(cfg.seeds[0])
@@ -216,8 +219,8 @@ def fig1(cfg: PermFig1Config, show_progress: bool = True) -> CurvesResult:
 # --------------------------------------------------------------------------- Fig. 6: alpha heat maps
 class DatasetSection(Section):
     """Which image dataset a stage asks for, and the named offline substitute when it cannot be had."""
-    name: str
-    substitute: str | None = None
+    name: DatasetName  # a name pflkit.data.vision knows (aliases allowed)
+    substitute: DatasetName | None = None
     allow_download: bool = True
     root: str = "data/raw"
 
@@ -236,14 +239,13 @@ class PermFig6Config(StageConfig):
     lam: float = Field(gt=0)
     seed: int = 0
 
-    @field_validator("schemes")
-    @classmethod
-    def _schemes(cls, v):
-        from ..data.partition import PARTITIONS
-        for panel, spec in v.items():
-            if spec.get("scheme") not in PARTITIONS:
-                raise ValueError(f"{panel}: scheme must be one of {PARTITIONS}, got {spec.get('scheme')!r}")
-        return v
+    @model_validator(mode="after")
+    def _schemes_fit_data(self):
+        raise_problems([p for panel, spec in self.schemes.items()
+                        for p in (partition_problems(spec, f"schemes.{panel}", allow_natural=False)
+                                  or image_partition_problems(self.dataset, spec, self.num_clients,
+                                                              key=f"schemes.{panel}"))])
+        return self
 
 
 def load_images(ds: DatasetSection):
@@ -394,13 +396,10 @@ class ImageCurvesConfig(RunConfig):
     test_fraction: float = Field(gt=0, lt=1)
     model: ModelSection
 
-    @field_validator("partition")
-    @classmethod
-    def _partition(cls, v):
-        from ..data.partition import PARTITIONS
-        if v.get("scheme") not in PARTITIONS + ("natural",):
-            raise ValueError(f"scheme must be one of {PARTITIONS + ('natural',)}, got {v.get('scheme')!r}")
-        return v
+    @model_validator(mode="after")
+    def _partition_fits_data(self):
+        raise_problems(image_partition_problems(self.dataset, self.partition, self.num_clients, self.pool_size))
+        return self
 
 
 @register("perm_fig2")
