@@ -128,3 +128,19 @@ def read_leaf(root: str | Path) -> tuple[LeafSplit, LeafSplit]:
     """Read a LEAF dataset directory -> (train, test) splits."""
     train_dir, test_dir = find_leaf_split_dirs(root)
     return read_leaf_dir(train_dir), read_leaf_dir(test_dir)
+
+
+def read_leaf_shakespeare(root: str | Path, seq_len: int = 80) -> tuple[LeafSplit, LeafSplit]:
+    """LEAF Shakespeare (train, test): checks every ``x`` is a ``seq_len``-character string and every
+    ``y`` one character (LEAF's next-character format); values are kept as strings."""
+    train, test = read_leaf(root)
+    for split in (train, test):
+        for u in split.users:
+            x, y = split.x[u], split.y[u]
+            if len(x) and (x.dtype.kind != "U" or y.dtype.kind != "U"):
+                raise ValueError(f"{root}: user {u!r} is not text (Shakespeare x and y are strings)")
+            bad = [s for s in x if len(s) != seq_len][:1] + [c for c in y if len(c) != 1][:1]
+            if bad:
+                raise ValueError(f"{root}: user {u!r} has x of length != {seq_len} or y of length != 1 "
+                                 f"(e.g. {bad[0]!r})")
+    return train, test

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-MODELS = ("logistic", "mlp", "cnn")
+MODELS = ("logistic", "mlp", "cnn", "femnist_cnn", "resnet18_gn", "char_lstm")
 
 
 def logistic(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
@@ -43,12 +43,23 @@ def cnn(input_shape: tuple[int, ...], num_classes: int, channels: tuple[int, int
 
 
 def build(name: str, input_shape: tuple[int, ...], num_classes: int, **kwargs) -> nn.Module:
+    """The model called ``name`` (one of MODELS) for inputs of ``input_shape`` and ``num_classes`` outputs;
+    ``kwargs`` go to the model's own function (widths, channels, hidden units)."""
     if name == "logistic":
         return logistic(input_shape, num_classes)
     if name == "mlp":
         return mlp(input_shape, num_classes, **kwargs)
     if name == "cnn":
         return cnn(input_shape, num_classes, **kwargs)
+    if name == "femnist_cnn":
+        from .femnist import femnist_cnn
+        return femnist_cnn(input_shape, num_classes, **kwargs)
+    if name == "resnet18_gn":
+        from .resnet import resnet18_gn
+        return resnet18_gn(input_shape, num_classes, **kwargs)
+    if name == "char_lstm":  # input_shape is (sequence length,); the classes are the vocabulary
+        from .lstm import char_lstm
+        return char_lstm(vocab_size=num_classes, **kwargs)
     raise ValueError(f"model must be one of {MODELS}, got {name!r}")
 
 

