@@ -6,8 +6,9 @@ from .local_update import fedavg as fedavg_preset
 from .local_update import fedprox, fedsgd, fomaml, lookahead, maml, minibatch_sgd
 from .perfedavg import PerFedAvg
 from .perm import PERM
+from .perm_hetero import PartialFedAvg, PERMHetero
 from .pfedme import PFedMe
 
-__all__ = ["Algorithm", "Local", "FedAvg", "LocalizedFedAvg", "PerFedAvg", "PFedMe", "PERM",
+__all__ = ["Algorithm", "Local", "FedAvg", "LocalizedFedAvg", "PerFedAvg", "PFedMe", "PERM", "PERMHetero", "PartialFedAvg",
            "LocalUpdate", "MAML", "QuadraticLocalUpdate", "ServerOpt", "minibatch_sgd", "lookahead", "fedsgd",
            "fedavg_preset", "fedprox", "fomaml", "maml"]

@@ -1,0 +1,138 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python (pflkit)
+#     language: python
+#     name: pflkit
+# ---
+
+# %% [markdown]
+# # PERM with heterogeneous client models (Sec. 3.3) — accuracy and cost per budget group
+#
+# **Claim (paper, Sec. 3.3, no experiment given):** PERM lets every client train a personalized model
+# sized to its own compute and memory. We make it testable: clients get width budgets r in
+# {1, 1/2, 1/4, 1/8} of the PERM MLP (2 hidden layers of 200 -> 200r units), equally many clients per
+# budget, on a label-skewed split. The claim holds here if (1) every client's trained model fits its
+# budget (its nonzero parameters never exceed its width-r sub-model's parameter count; the tests also
+# check that a visiting model only changes coordinates inside its host's budget) and (2) in every
+# budget group PERM-hetero's personalized test accuracy is at least the best baseline's minus
+# `claim.tolerance`.
+#
+# Methods (same rounds, K local steps per round): **PERM-hetero** (single loop after a warm-up of
+# partial-training FedAvg; visiting rule: model i on client j trains only the slice m_i AND m_j
+# that fits client j, the rest of model i stays unchanged; alphas from gradient discrepancies on
+# that shared slice, `discrepancy: shared`); **PERM-hetero (paper D)** (the same with Sec. 3.3's
+# discrepancy as written, ||m_i grad f_i(m_i w) - m_j grad f_j(m_j w)||^2, which also counts the
+# wider model's extra coordinates as disagreement); **HeteroFL + FT** (static sub-models);
+# **FedRolex + FT** (rolling sub-models); **Small-model FedAvg + FT** (everyone trains the smallest
+# budget's model). "+ FT": each client's static width-r slice of the global model is fine-tuned
+# locally before testing. Costs per client per round come from the sub-model parameter count P:
+# FLOPs = 6 P B K (MLP: 2 P B forward + 4 P B backward per step), memory = 8 P bytes (fp32 weights +
+# gradients), communication = 8 P bytes (down + up); PERM-hetero's global step and alpha gradients
+# are amortized over `update_every` rounds.
+#
+# Smoke defaults below; `dvc repro` runs `perm_hetero` from params.yaml. The data is Fashion-MNIST
+# (offline Debian copy), a choice of this experiment, not a substitute for a paper dataset.
+
+# %% tags=["parameters"]
+stage = "perm_hetero"
+dataset = {"name": "fashion-mnist", "substitute": None, "allow_download": False, "root": "data/raw"}
+num_clients = 8
+partition = {"scheme": "classes", "classes_per_client": 2}
+pool_size = 1600
+test_fraction = 0.2
+hidden = [40, 40]
+budgets = [1.0, 0.5, 0.25, 0.125]
+budget_seed = 0
+rounds = 6
+local_steps = 3
+batch_size = 20
+lr = {"perm_hetero": 0.01, "perm_hetero_paper": 0.01, "heterofl": 0.05, "fedrolex": 0.05, "small_fedavg": 0.05}
+finetune_steps = 3
+finetune_lr = 0.05
+methods = ["perm_hetero", "perm_hetero_paper", "heterofl", "fedrolex", "small_fedavg"]
+seeds = [0]
+eval_every = 2
+perm = {"lam": 30000.0, "alpha_solver": "exact", "warmup_rounds": 2, "alpha_init": "estimate", "update_every": 2,
+        "global_lr": 0.05, "extraction": "static", "complexity": 0.0, "discrepancy": "shared"}
+claim = {"tolerance": 0.01}
+device = "cpu"
+results_dir = "build/smoke/perm_hetero"
+figures_dir = "build/smoke/figures/perm"
+
+# %%
+from pflkit import plotting, report
+from pflkit.experiments import perm_hetero as experiment
+from pflkit.paths import resolve
+from pflkit.runner import curves
+
+cfg = experiment.PermHeteroConfig.from_namespace(globals())
+result = experiment.hetero_experiment(cfg)
+print("data:", result.data_label, "| source:", result.metrics["source"], "|", result.scale)
+
+# %% [markdown]
+# Personalized test accuracy per budget group (final round; mean and sd over seeds of the group mean).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+report.print_table(result.groups)
+
+# %% [markdown]
+# Cost per client per round by budget group (see the formulas above; `budget_params` is the
+# parameter count of the client's own width-r sub-model).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+report.print_table(result.costs.set_index(["method", "budget"]))
+
+# %%
+import seaborn as sns
+
+plotting.use_style()
+fig, (ax_acc, ax_cost) = plotting.plt.subplots(1, 2, figsize=(13, 5))
+names = [experiment.METHOD_NAMES[k] for k in cfg.methods]
+palette = dict(zip(names + ["Majority class"], sns.color_palette("colorblind", len(names) + 1)))
+budget_order = sorted(set(cfg.budgets), reverse=True)
+per_seed = result.clients.groupby(["method", "budget", "seed"], as_index=False)["accuracy"].mean()
+sns.barplot(data=per_seed, x="budget", y="accuracy", hue="method", hue_order=names + ["Majority class"],
+            palette=palette, errorbar="sd", ax=ax_acc, order=budget_order)
+ax_acc.set_xlabel("client budget r (width fraction of the server MLP)")
+ax_acc.set_ylabel("personalized test accuracy (fraction correct)")
+ax_acc.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3)
+sns.barplot(data=result.costs, x="budget", y="train_mflops_per_round", hue="method", hue_order=names,
+            palette=palette, ax=ax_cost, order=budget_order)
+ax_cost.set_yscale("log")
+ax_cost.set_xlabel("client budget r (width fraction of the server MLP)")
+ax_cost.set_ylabel("training compute per client per round (MFLOPs)")
+ax_cost.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3)
+plotting.finish(fig, plotting.title("PERM-hetero (Sec. 3.3): personalized accuracy and cost per budget group",
+                                    result.data_label, result.scale))
+figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "hetero")
+
+# %% [markdown]
+# Does the claim hold at this scale? (`holds` per group: PERM-hetero >= best baseline - tolerance.)
+#
+# **Recorded result at params.yaml scale** (`results/perm_hetero`, 20 clients, 60 rounds, 2 seeds):
+# part (1) holds — every personalized model stays inside its own budget, and no client ever trains
+# more than its own width. Part (2) does **not** hold: PERM-hetero matches the best baseline only in
+# the r = 1/4 group (0.979 vs 0.975) and trails HeteroFL + FT by 6-12 points in the others, with a
+# large spread over seeds (some clients' personalized models collapse in one seed but not the
+# other), while every fine-tuned baseline reaches 0.97-0.99 in every group. Small-model FedAvg +
+# FT is as accurate as the wide models here: on 2-class Fashion-MNIST clients a 1/8-width MLP is
+# enough, so this task cannot show a benefit of giving rich clients more capacity. Sec. 3.3's
+# discrepancy as written ("paper D") is worse for the small budgets (0.81 and 0.73) than measuring D
+# on the shared slice.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+claim_table = experiment.claim_table(result.claim)
+report.print_table(claim_table)
+print("every model fits its budget:", result.claim["every_model_fits_its_budget"])
+print("claim holds:", result.claim.get("holds"))
+
+# %%
+report.write_stage(cfg.results_dir, result.metrics, history=result.history, run_info=result.run_info,
+                   groups=result.groups.reset_index(), costs=result.costs, clients=result.clients,
+                   curves_accuracy=curves(result.history, "accuracy"))

@@ -1,0 +1,478 @@
+"""PERM with heterogeneous client models (Deng et al., Section 3.3), batched on masks.
+
+**Representation.** Every model is stored at the server's full width as stacked params [N, ..]
+plus a 0/1 mask of the same shapes (``pflkit.models.width``): client i's sub-model of width r_i is
+m_i (.) w. A masked model computes exactly what the small sub-model computes, so all widths run in
+one ``vmap`` batch. Training a sub-model is SGD on v -> f(m (.) v): the step is
+v <- v - eta * m (.) grad f(m (.) v), which never moves a coordinate outside m (``masked_sgd``).
+
+**Global model: partial-training FedAvg.** Each round client j receives its sub-model
+M_j^t (.) w (extraction ``static`` = HeteroFL, ``rolling`` = FedRolex, ``random``; see
+``pflkit.models.width``), takes K masked SGD steps, and the server averages every coordinate over
+the clients whose sub-model covers it (coordinates nobody covers keep their value):
+
+    w_c <- sum_j M_jc u_jc / sum_j M_jc.
+
+**Mixing weights (Sec. 3.3).** For every client i,
+
+    min_{a in simplex}  kappa sum_j a_j sqrt(P_j / n_j)                               (complexity)
+                      + sum_j a_j ||m_i (.) grad f_i(m_i (.) w) - m_j (.) grad f_j(m_j (.) w)||^2
+                      + lambda sum_j a_j^2 / n_j,
+
+with P_j the parameter count of client j's sub-model as the capacity proxy for VC(H_j) and kappa
+the configurable constant ``complexity``. The complexity term is linear in a, the same vector
+c_j = kappa sqrt(P_j / n_j) for every row i, so the exact solution is
+``water_filling(D + c[None, :], n, lambda)`` and the GD solver runs ``projected_gd`` on D + c.
+Minimizing, a larger kappa moves each alpha_i's mass *away* from sources with a large
+sqrt(P_j / n_j) (big sub-models on few samples) towards small sub-models / many samples.
+m_i here is client i's own (static) sub-model, the architecture of its personalized model.
+
+**Shuffling with distinct architectures (the visiting rule).** Personalized model i has width r_i
+(static mask m_i: the first units, so widths are nested). When model i visits client j in a
+shuffle round, client j can afford only a width-r_j model, so it trains the slice of model i that
+fits its budget, m_i AND m_j (= the width-min(r_i, r_j) sub-model of v_i, since static masks are
+nested): v_i <- v_i - eta alpha_i(j) N (m_i m_j) (.) grad f_j((m_i m_j) (.) v_i), K times; the
+coordinates of v_i outside m_j stay unchanged. Thus (i) no client ever computes with more than its
+own budget, (ii) every personalized model keeps its own width, (iii) a large model learns its
+extra units only on clients that can hold them, and (iv) with all r = 1 the step is exactly PERM's.
+All N models move in one batched call whatever their widths (the width groups are slices of one
+stacked tensor).
+
+Everything else (epochs of N shuffle rounds, one shuffle step = one communication round, the
+single-loop global step + alpha update every ``update_every`` rounds, warm-up) is PERM's, see
+``pflkit.algorithms.perm``; with all budgets 1 and ``complexity=0`` the method is PERM, draw for
+draw (``test_all_budgets_one_reduces_to_perm``). Masks of ``random`` extraction come from their own
+generator stream (seed, round), so they never shift the training draws.
+
+**Cost per client per round** (``round_cost``): an MLP with P parameters costs about P
+multiply-adds per sample forward, so K local steps on batches of B cost 6 P B K FLOPs (2 P B
+forward + 4 P B backward per step); the client holds 4 P bytes of weights + 4 P bytes of gradients
+(fp32) and exchanges 4 P bytes each way.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from ..data.federated import FederatedDataset
+from ..engine.functional import FunctionalModel
+from ..engine.local_sgd import expand_lr, expand_schedule
+from ..engine.params import Params, broadcast, flatten, num_models, scale_like
+from ..models.width import EXTRACTIONS, WidthSpec, check_fractions, intersect, masks_for, num_parameters
+from .base import BaseState, check_batch_size, check_positive, eval_generator
+from .perm import ALPHA_INITS, ALPHA_SOLVERS, discrepancies, projected_gd, shuffle_clients, water_filling
+
+
+DISCREPANCIES = ("paper", "shared")
+
+
+# --------------------------------------------------------------------------- masked training
+def apply_masks(params: Params, masks: Params) -> Params:
+    return {k: p * masks[k] for k, p in params.items()}
+
+
+def masked_sgd(model: FunctionalModel, params: Params, masks: Params, data: FederatedDataset, clients: Tensor, *,
+               steps: int, lr: float | Tensor, batch_size: int | None, generator: torch.Generator):
+    """``steps`` SGD steps of N stacked sub-models: v <- v - lr * m (.) grad f_c(m (.) v).
+
+    Same schedule / lr shapes and the same minibatch draws as ``engine.local_sgd`` (which it equals
+    when every mask is all ones). Returns (params, losses [steps, N])."""
+    if steps < 0:
+        raise ValueError(f"steps must be >= 0, got {steps!r}")
+    n = num_models(params)
+    schedule = expand_schedule(clients, steps)
+    if schedule.shape[1] != n:
+        raise ValueError(f"clients assigns {schedule.shape[1]} models but params stack {n}")
+    if set(masks) != set(params) or num_models(masks) != n:
+        raise ValueError("masks must have the same names and number of models as params")
+    lrs = expand_lr(lr, steps, n, data.device)
+    full = batch_size is None
+    if full:
+        x_pad, y_pad, pad_mask = data.padded("train")
+        sched_dev = schedule.to(data.device)
+    else:
+        idx = data.sample_indices(schedule, batch_size, generator)
+    losses = torch.empty(steps, n, device=data.device)
+    names = list(params)
+    cur = [params[k].clone() for k in names]  # updated in place (the caller's tensors are untouched)
+    mask_list = [masks[k] for k in names]
+    for s in range(steps):
+        live = dict(zip(names, torch._foreach_mul(cur, mask_list)))
+        if full:
+            c = sched_dev[s]
+            grads, loss = model.batched_full_grad(live, x_pad[c], y_pad[c], pad_mask[c])
+        else:
+            grads, loss = model.batched_grad(live, data.x_train[idx[s]], data.y_train[idx[s]])
+        losses[s] = loss
+        step = torch._foreach_mul([grads[k] for k in names], mask_list)  # m (.) g
+        torch._foreach_mul_(step, [scale_like(lrs[s], p) for p in cur])
+        torch._foreach_sub_(cur, step)  # v <- v - lr * m (.) g
+    return dict(zip(names, cur)), losses
+
+
+def partial_average(w: Params, local: Params, masks: Params) -> Params:
+    """Every coordinate averaged over the models whose mask covers it; uncovered ones keep w."""
+    out = {}
+    for k, p in w.items():
+        count = masks[k].sum(0)
+        total = (local[k] * masks[k]).sum(0)
+        out[k] = torch.where(count > 0, total / count.clamp_min(1), p)
+    return out
+
+
+# --------------------------------------------------------------------------- mixing weights
+def complexity_costs(sizes: Tensor, n: Tensor) -> Tensor:
+    """c_j = sqrt(P_j / n_j): the capacity term per source client (VC(H_j) ~ parameter count P_j)."""
+    return torch.sqrt(sizes.double() / n.double().to(sizes.device))
+
+
+def _draw(data: FederatedDataset, samples: int | None, generator: torch.Generator) -> Tensor | None:
+    """The alpha-gradient minibatch rows (``perm.client_gradients``' draw) or None for exact gradients."""
+    if samples is None:
+        return None
+    return data.sample_indices(torch.arange(data.num_clients), samples, generator)
+
+
+def _client_grads(model: FunctionalModel, w: Params, masks: Params, data: FederatedDataset,
+                  idx: Tensor | None) -> Tensor:
+    from ..engine.local_sgd import full_gradients
+    stacked = apply_masks(broadcast(w, data.num_clients), masks)
+    if idx is None:
+        grads, _ = full_gradients(model, stacked, data)
+    else:
+        grads, _ = model.batched_grad(stacked, data.x_train[idx], data.y_train[idx])
+    return flatten(apply_masks(grads, masks))
+
+
+def masked_client_gradients(model: FunctionalModel, w: Params, masks: Params, data: FederatedDataset,
+                            samples: int | None, generator: torch.Generator) -> Tensor:
+    """m_j (.) grad f_j(m_j (.) w) for every client j as rows [N, P] (exact, or from M samples: the
+    same draws as ``perm.client_gradients``)."""
+    return _client_grads(model, w, masks, data, _draw(data, samples, generator))
+
+
+def shared_discrepancies(model: FunctionalModel, spec: WidthSpec, fractions: Tensor, w: Params,
+                         data: FederatedDataset, samples: int | None, generator: torch.Generator) -> Tensor:
+    """D_ij = ||m_ij (.) (grad f_i(m_ij (.) w) - grad f_j(m_ij (.) w))||^2 with m_ij = m_i AND m_j the
+    slice both clients hold (static masks: the width-min(r_i, r_j) sub-model) -- the discrepancy of
+    exactly the sub-model that model i trains on client j under the visiting rule. One batched
+    gradient call per distinct width (client j only ever computes widths <= r_j); one draw of rows."""
+    n = data.num_clients
+    idx = _draw(data, samples, generator)
+    f = torch.as_tensor(fractions, dtype=torch.float64)
+    pair = torch.minimum(f[:, None], f[None, :])
+    d = torch.zeros(n, n, dtype=torch.float64, device=data.device)
+    for r in sorted(set(f.tolist())):
+        g = _client_grads(model, w, static_masks(spec, torch.full((n,), r, dtype=torch.float64), data.device),
+                          data, idx)
+        sel = (pair == r).to(data.device)
+        d = torch.where(sel, discrepancies(g), d)
+    return d
+
+
+def solve_alpha(d: Tensor, n: Tensor, lam: float, costs: Tensor | None = None, *, solver: str = "exact",
+                steps: int = 100, init: Tensor | None = None) -> Tensor:
+    """argmin over the simplex of sum_j a_j (D_ij + c_j) + lambda sum_j a_j^2 / n_j for every row i."""
+    if solver not in ALPHA_SOLVERS:
+        raise ValueError(f"alpha solver must be one of {ALPHA_SOLVERS}, got {solver!r}")
+    total = d.double() if costs is None else d.double() + costs.double().to(d.device)[None, :]
+    if solver == "exact":
+        return water_filling(total, n, lam)
+    return projected_gd(total, n, lam, steps, init)
+
+
+def hetero_mixing_weights(model: FunctionalModel, w: Params, masks: Params, data: FederatedDataset, lam: float, *,
+                          complexity: float = 0.0, solver: str = "exact", steps: int = 100,
+                          samples: int | None = None, generator: torch.Generator | None = None,
+                          init: Tensor | None = None, discrepancy: str = "paper", spec: WidthSpec | None = None,
+                          fractions: Tensor | None = None) -> Tensor:
+    """alpha [N, N] of Sec. 3.3 at the global model w with client sub-model masks m_j ([N, ..]).
+
+    ``discrepancy='paper'``: D_ij = ||m_i (.) grad f_i(m_i (.) w) - m_j (.) grad f_j(m_j (.) w)||^2
+    (Sec. 3.3 as written); ``'shared'``: on the common slice (``shared_discrepancies``; needs
+    ``spec`` and ``fractions``; static masks)."""
+    check_positive("complexity", complexity, allow_zero=True)
+    if discrepancy not in DISCREPANCIES:
+        raise ValueError(f"discrepancy must be one of {DISCREPANCIES}, got {discrepancy!r}")
+    gen = generator if generator is not None else torch.Generator().manual_seed(0)
+    if discrepancy == "paper":
+        d = discrepancies(masked_client_gradients(model, w, masks, data, samples, gen))
+    else:
+        if spec is None or fractions is None:
+            raise ValueError("discrepancy='shared' needs spec and fractions")
+        d = shared_discrepancies(model, spec, fractions, w, data, samples, gen)
+    n = data.train_sizes.to(d.device)
+    costs = complexity * complexity_costs(num_parameters(masks).to(d.device), n) if complexity else None
+    return solve_alpha(d, n, lam, costs, solver=solver, steps=steps, init=init)
+
+
+# --------------------------------------------------------------------------- shuffling
+def hetero_shuffle_steps(model: FunctionalModel, v: Params, masks: Params, data: FederatedDataset, alpha: Tensor,
+                         sigma: Tensor, step: int, *, local_steps: int, lr: float, batch_size: int | None,
+                         generator: torch.Generator) -> Params:
+    """One shuffle round with distinct architectures: model i on client c = sigma((i + step) mod N)
+    trains the slice masks_i AND masks_c with K steps of size eta * alpha_i(c) * N (module docstring)."""
+    n = data.num_clients
+    clients = shuffle_clients(sigma, step)
+    host = {k: m[clients.to(m.device)] for k, m in masks.items()}
+    scale = lr * n * alpha[torch.arange(n), clients.to(alpha.device)].float().to(data.device)
+    v, _ = masked_sgd(model, v, intersect(masks, host), data, clients, steps=local_steps, lr=scale,
+                      batch_size=batch_size, generator=generator)
+    return v
+
+
+# --------------------------------------------------------------------------- cost accounting
+def round_cost(sizes: Tensor, local_steps: int, batch_size: int) -> dict[str, Tensor]:
+    """Per-client cost of one round of K local steps on a sub-model with P parameters (MLP count):
+    FLOPs 6 P B K, memory 8 P bytes (fp32 weights + gradients), communication 8 P bytes (down + up)."""
+    p = sizes.double()
+    return {"params": p, "train_flops": 6.0 * p * batch_size * local_steps, "memory_bytes": 8.0 * p,
+            "comm_bytes": 8.0 * p}
+
+
+def _check_model(model: FunctionalModel, spec: WidthSpec):
+    want = spec.shapes
+    got = {k: tuple(p.shape) for k, p in model.module.named_parameters()}
+    if want != got:
+        raise ValueError(f"model parameters {got} do not match the width spec's server model {want}")
+
+
+_STATIC: dict = {}
+
+
+def static_masks(spec: WidthSpec, fractions: Tensor, device) -> Params:
+    """Static masks (cached: they never change; callers must not modify them in place)."""
+    key = (id(spec), tuple(fractions.tolist()), str(device))
+    if key not in _STATIC or _STATIC[key][0] is not spec:
+        if len(_STATIC) > 64:
+            _STATIC.clear()
+        _STATIC[key] = (spec, masks_for(spec, fractions, "static", device=device))
+    return _STATIC[key][1]
+
+
+def mask_generator(seed: int, round: int) -> torch.Generator:
+    """The stream of ``random`` extraction, separate from the training draws."""
+    return torch.Generator().manual_seed(7_919 * (seed + 1) + 104_729 * round + 17)
+
+
+# --------------------------------------------------------------------------- partial training baselines
+@dataclass
+class PartialState(BaseState):
+    w: Params  # server model (full width)
+
+
+class PartialFedAvg:
+    """Partial-training FedAvg (HeteroFL with ``static``, FedRolex with ``rolling`` extraction).
+
+    Client i trains the sub-model of width ``fractions[i]`` each round; the server averages every
+    coordinate over its covering clients. Personalized model: client i's static width-r_i slice of
+    w, fine-tuned on its own training data for ``finetune_steps`` masked SGD steps (0: none).
+    ``fractions`` all equal to r gives FedAvg of a width-r model for everyone."""
+
+    def __init__(self, model: FunctionalModel, spec: WidthSpec, *, fractions: Sequence[float], extraction: str,
+                 local_steps: int, lr: float, batch_size: int | None, finetune_steps: int = 0,
+                 finetune_lr: float | None = None, name: str = "Partial FedAvg"):
+        _check_model(model, spec)
+        self.model, self.spec = model, spec
+        self.fractions = check_fractions(fractions)
+        if extraction not in EXTRACTIONS:
+            raise ValueError(f"extraction must be one of {EXTRACTIONS}, got {extraction!r}")
+        self.extraction = extraction
+        self.local_steps = check_positive("local_steps", local_steps, integer=True)
+        self.lr = check_positive("lr", lr)
+        self.batch_size = check_batch_size(batch_size)
+        self.finetune_steps = check_positive("finetune_steps", finetune_steps, integer=True, allow_zero=True)
+        self.finetune_lr = self.lr if finetune_lr is None else check_positive("finetune_lr", finetune_lr)
+        self.name = name
+
+    def _check_data(self, data: FederatedDataset):
+        if len(self.fractions) != data.num_clients:
+            raise ValueError(f"fractions has {len(self.fractions)} entries but the data has "
+                             f"{data.num_clients} clients")
+
+    def round_masks(self, s: BaseState) -> Params:
+        if self.extraction == "static":
+            return static_masks(self.spec, self.fractions, s.data.device)
+        return masks_for(self.spec, self.fractions, self.extraction, s.round, mask_generator(s.seed, s.round),
+                         s.data.device)
+
+    def personal_masks(self, data: FederatedDataset) -> Params:
+        return static_masks(self.spec, self.fractions, data.device)
+
+    def init(self, data: FederatedDataset, seed: int) -> PartialState:
+        self._check_data(data)
+        return PartialState(data, torch.Generator().manual_seed(seed), seed, 0, self.model.init(seed))
+
+    def round(self, s: PartialState) -> PartialState:
+        w = partial_training_round(self.model, s.w, self.round_masks(s), s.data, local_steps=self.local_steps,
+                                   lr=self.lr, batch_size=self.batch_size, generator=s.generator)
+        return PartialState(s.data, s.generator, s.seed, s.round + 1, w)
+
+    def personalized(self, s: PartialState) -> Params:
+        n = s.data.num_clients
+        masks = self.personal_masks(s.data)
+        v = apply_masks(broadcast(s.w, n), masks)
+        if self.finetune_steps:
+            v, _ = masked_sgd(self.model, v, masks, s.data, torch.arange(n), steps=self.finetune_steps,
+                              lr=self.finetune_lr, batch_size=self.batch_size, generator=eval_generator(s))
+        return v
+
+
+def partial_training_round(model: FunctionalModel, w: Params, masks: Params, data: FederatedDataset, *,
+                           local_steps: int, lr: float, batch_size: int | None, generator: torch.Generator) -> Params:
+    """Broadcast m_j (.) w, K masked SGD steps on every client j, coordinate-wise partial average."""
+    n = data.num_clients
+    local, _ = masked_sgd(model, apply_masks(broadcast(w, n), masks), masks, data, torch.arange(n),
+                          steps=local_steps, lr=lr, batch_size=batch_size, generator=generator)
+    return partial_average(w, local, masks)
+
+
+# --------------------------------------------------------------------------- PERM-hetero
+@dataclass
+class PERMHeteroState(BaseState):
+    w: Params  # global (server-width) model
+    v: Params | None  # personalized models [N, ..], zero outside their masks (None during warm-up)
+    alpha: Tensor | None  # [N, N]
+    sigma: Tensor | None
+    shuffle_round: int
+
+
+class PERMHetero:
+    """PERM (single loop / two stage) where client i's personalized model has width ``fractions[i]``.
+
+    Settings as ``pflkit.algorithms.perm.PERM`` plus: ``spec`` (the width-scalable model),
+    ``fractions`` (r_i per client), ``extraction`` (how the global model's partial training slices
+    it: static / rolling / random), ``complexity`` (kappa of the capacity term; 0 = off) and
+    ``discrepancy`` ('paper': Sec. 3.3's D as written; 'shared': on the common slice, see
+    ``shared_discrepancies``).
+    The global step is partial: w <- w - gamma * (coordinate-wise mean over covering clients of
+    M_j (.) grad f_j(M_j (.) w)), ``global_steps`` times, M_j this round's extraction."""
+
+    name = "PERM-hetero"
+
+    def __init__(self, model: FunctionalModel, spec: WidthSpec, *, fractions: Sequence[float], local_steps: int,
+                 lr: float, batch_size: int | None, lam: float, extraction: str = "static", complexity: float = 0.0,
+                 alpha_solver: str = "gd", alpha_steps: int = 20, alpha_samples: int | None = None,
+                 global_lr: float = 0.1, global_steps: int = 1, warmup_rounds: int = 0,
+                 warmup_lr: float | None = None, alpha_init: str = "uniform",
+                 update_every: int | None | str = "epoch", discrepancy: str = "paper", name: str | None = None):
+        _check_model(model, spec)
+        self.model, self.spec = model, spec
+        self.fractions = check_fractions(fractions)
+        if extraction not in EXTRACTIONS:
+            raise ValueError(f"extraction must be one of {EXTRACTIONS}, got {extraction!r}")
+        self.extraction = extraction
+        if discrepancy not in DISCREPANCIES:
+            raise ValueError(f"discrepancy must be one of {DISCREPANCIES}, got {discrepancy!r}")
+        self.discrepancy = discrepancy
+        self.complexity = check_positive("complexity", complexity, allow_zero=True)
+        self.local_steps = check_positive("local_steps", local_steps, integer=True)
+        self.lr = check_positive("lr", lr)
+        self.batch_size = check_batch_size(batch_size)
+        self.lam = check_positive("lam", lam, allow_zero=True)
+        if alpha_solver not in ALPHA_SOLVERS:
+            raise ValueError(f"alpha_solver must be one of {ALPHA_SOLVERS}, got {alpha_solver!r}")
+        if alpha_solver == "exact" and lam == 0:
+            raise ValueError("alpha_solver='exact' needs lam > 0; use 'gd' for lam = 0")
+        self.alpha_solver = alpha_solver
+        self.alpha_steps = check_positive("alpha_steps", alpha_steps, integer=True)
+        self.alpha_samples = None if alpha_samples is None else check_positive("alpha_samples", alpha_samples,
+                                                                               integer=True)
+        self.global_lr = check_positive("global_lr", global_lr)
+        self.global_steps = check_positive("global_steps", global_steps, integer=True, allow_zero=True)
+        self.warmup_rounds = check_positive("warmup_rounds", warmup_rounds, integer=True, allow_zero=True)
+        self.warmup_lr = self.lr if warmup_lr is None else check_positive("warmup_lr", warmup_lr)
+        if alpha_init not in ALPHA_INITS:
+            raise ValueError(f"alpha_init must be one of {ALPHA_INITS}, got {alpha_init!r}")
+        self.alpha_init = alpha_init
+        if not (update_every is None or update_every == "epoch" or
+                (isinstance(update_every, int) and not isinstance(update_every, bool) and update_every >= 1)):
+            raise ValueError(f"update_every must be an integer >= 1, 'epoch' or None, got {update_every!r}")
+        self.update_every = update_every
+        if name is not None:
+            self.name = name
+
+    # -- masks
+    def personal_masks(self, data: FederatedDataset) -> Params:
+        """m_i: client i's static width-r_i sub-model (its personalized model's architecture)."""
+        return static_masks(self.spec, self.fractions, data.device)
+
+    def round_masks(self, s: PERMHeteroState) -> Params:
+        """M_j^t: the sub-models of the global model's partial training this round."""
+        if self.extraction == "static":
+            return static_masks(self.spec, self.fractions, s.data.device)
+        return masks_for(self.spec, self.fractions, self.extraction, s.round, mask_generator(s.seed, s.round),
+                         s.data.device)
+
+    # -- helpers
+    def _alpha(self, s: PERMHeteroState, init: Tensor | None) -> Tensor:
+        solver = "gd" if init is not None else self.alpha_solver
+        return hetero_mixing_weights(self.model, s.w, self.personal_masks(s.data), s.data, self.lam,
+                                     complexity=self.complexity, solver=solver, steps=self.alpha_steps,
+                                     samples=self.alpha_samples, generator=s.generator, init=init,
+                                     discrepancy=self.discrepancy, spec=self.spec, fractions=self.fractions)
+
+    def _period(self, n: int) -> int | None:
+        return n if self.update_every == "epoch" else self.update_every
+
+    def init(self, data: FederatedDataset, seed: int) -> PERMHeteroState:
+        if len(self.fractions) != data.num_clients:
+            raise ValueError(f"fractions has {len(self.fractions)} entries but the data has "
+                             f"{data.num_clients} clients")
+        s = PERMHeteroState(data, torch.Generator().manual_seed(seed), seed, 0, self.model.init(seed), None, None,
+                            None, 0)
+        if self.warmup_rounds == 0:
+            self._start(s)
+        return s
+
+    def _start(self, s: PERMHeteroState):
+        n = s.data.num_clients
+        s.v = apply_masks(broadcast(s.w, n), self.personal_masks(s.data))
+        if self.alpha_init == "uniform":
+            s.alpha = torch.full((n, n), 1.0 / n, dtype=torch.float64, device=s.data.device)
+        else:
+            s.alpha = self._alpha(s, None)
+
+    def round(self, s: PERMHeteroState) -> PERMHeteroState:
+        n = s.data.num_clients
+        masks = self.round_masks(s)
+        s = PERMHeteroState(**{**s.__dict__, "round": s.round + 1})
+        if s.v is None:  # partial-training FedAvg warm-up round
+            s.w = partial_training_round(self.model, s.w, masks, s.data, local_steps=self.local_steps,
+                                         lr=self.warmup_lr, batch_size=self.batch_size, generator=s.generator)
+            if s.round >= self.warmup_rounds:
+                self._start(s)
+            return s
+        step = s.shuffle_round % n
+        if step == 0:
+            s.sigma = torch.randperm(n, generator=s.generator)
+        s.v = hetero_shuffle_steps(self.model, s.v, self.personal_masks(s.data), s.data, s.alpha, s.sigma, step,
+                                   local_steps=self.local_steps, lr=self.lr, batch_size=self.batch_size,
+                                   generator=s.generator)
+        s.shuffle_round += 1
+        period = self._period(n)
+        if period is not None and s.shuffle_round % period == 0:
+            self._global_step(s, masks)
+            s.alpha = self._alpha(s, init=s.alpha)
+        return s
+
+    def _global_step(self, s: PERMHeteroState, masks: Params):
+        n = s.data.num_clients
+        for _ in range(self.global_steps):
+            stacked = apply_masks(broadcast(s.w, n), masks)
+            if self.alpha_samples is None:
+                from ..engine.local_sgd import full_gradients
+                grads, _ = full_gradients(self.model, stacked, s.data)
+            else:
+                idx = s.data.sample_indices(torch.arange(n), self.alpha_samples, s.generator)
+                grads, _ = self.model.batched_grad(stacked, s.data.x_train[idx], s.data.y_train[idx])
+            step = partial_average({k: torch.zeros_like(p) for k, p in s.w.items()}, grads, masks)
+            s.w = {k: p - self.global_lr * step[k] for k, p in s.w.items()}
+
+    def personalized(self, s: PERMHeteroState) -> Params:
+        if s.v is None:
+            return apply_masks(broadcast(s.w, s.data.num_clients), self.personal_masks(s.data))
+        return s.v

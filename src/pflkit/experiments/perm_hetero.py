@@ -1,0 +1,306 @@
+"""PERM with heterogeneous client models (Sec. 3.3): stage ``perm_hetero``.
+
+Claim under test (the paper states it without an experiment): PERM lets every client train a
+personalized model sized to its own compute/memory budget. Clients get width budgets r (e.g.
+{1, 1/2, 1/4, 1/8} of an MLP, equally many clients each, assigned by a fixed seeded permutation);
+the data is label-skewed. Methods, all with the same rounds and K local steps per round:
+
+* ``perm_hetero``: PERM-hetero (``pflkit.algorithms.perm_hetero.PERMHetero``) with the perm
+  section's ``discrepancy``; ``perm_hetero_paper``: the same with Sec. 3.3's discrepancy as written
+  (``discrepancy='paper'``), shown for comparison (the claim is checked on ``perm_hetero``);
+* ``heterofl``: partial-training FedAvg with static extraction (HeteroFL), then each client's
+  static width-r slice fine-tuned locally;
+* ``fedrolex``: the same with rolling extraction (FedRolex), fine-tuned locally;
+* ``small_fedavg``: FedAvg of the smallest budget's model for everyone, fine-tuned locally.
+
+Outputs: personalized test accuracy per budget group (final round, mean/sd over seeds), the
+curves, and per-client cost per round (parameters held, peak memory, FLOPs, communication) from the
+formulas in ``pflkit.algorithms.perm_hetero.round_cost``.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+from pydantic import Field, field_validator, model_validator
+
+from ..algorithms.perm_hetero import DISCREPANCIES, PartialFedAvg, PERMHetero
+from ..config import StageConfig, register
+from ..engine import FunctionalModel, resolve_device
+from ..eval import evaluate
+from ..models.width import EXTRACTIONS, masks_for, mlp_spec, num_parameters
+from ..report import environment
+from ..runner import run_methods
+from .perm import DatasetSection, PermSection, Section, dataset_record, image_federation, load_images
+
+METHOD_NAMES = {"perm_hetero": "PERM-hetero", "perm_hetero_paper": "PERM-hetero (paper D)",
+                "heterofl": "HeteroFL + FT", "fedrolex": "FedRolex + FT", "small_fedavg": "Small-model FedAvg + FT"}
+
+
+class PermHeteroSection(PermSection):
+    """PERM's settings plus the global model's extraction and the complexity constant kappa."""
+    extraction: str = "static"
+    complexity: float = Field(0.0, ge=0)
+    discrepancy: str = "paper"  # paper: Sec. 3.3's D as written; shared: on the common slice
+
+    @field_validator("discrepancy")
+    @classmethod
+    def _discrepancy(cls, v):
+        if v not in DISCREPANCIES:
+            raise ValueError(f"must be one of {DISCREPANCIES}, got {v!r}")
+        return v
+
+    @field_validator("extraction")
+    @classmethod
+    def _extraction(cls, v):
+        if v not in EXTRACTIONS:
+            raise ValueError(f"must be one of {EXTRACTIONS}, got {v!r}")
+        return v
+
+
+class ClaimSection(Section):
+    tolerance: float = Field(0.01, ge=0)  # PERM-hetero may trail the best baseline by this much per group
+
+
+@register("perm_hetero")
+class PermHeteroConfig(StageConfig):
+    dataset: DatasetSection
+    num_clients: int = Field(ge=2)
+    partition: dict
+    pool_size: int | None = Field(None, ge=2)
+    test_fraction: float = Field(gt=0, lt=1)
+    hidden: list[int] = Field(min_length=1)
+    budgets: list[float] = Field(min_length=1)
+    budget_seed: int = 0
+    rounds: int = Field(ge=1)
+    local_steps: int = Field(ge=1)
+    batch_size: int = Field(ge=1)
+    lr: dict[str, float]
+    finetune_steps: int = Field(ge=0)
+    finetune_lr: float = Field(gt=0)
+    methods: list[str]
+    seeds: list[int] = Field(min_length=1)
+    eval_every: int = Field(ge=1)
+    perm: PermHeteroSection = PermHeteroSection()
+    claim: ClaimSection = ClaimSection()
+
+    @field_validator("budgets")
+    @classmethod
+    def _budgets(cls, v):
+        bad = [r for r in v if not 0 < r <= 1]
+        if bad:
+            raise ValueError(f"every budget must be a width fraction in (0, 1]; bad: {bad}")
+        return v
+
+    @field_validator("methods")
+    @classmethod
+    def _methods(cls, v):
+        bad = [m for m in v if m not in METHOD_NAMES]
+        if bad or not v:
+            raise ValueError(f"methods must be a non-empty list from {sorted(METHOD_NAMES)}; unknown: {bad}")
+        return v
+
+    @field_validator("partition")
+    @classmethod
+    def _partition(cls, v):
+        from ..data.partition import PARTITIONS
+        if v.get("scheme") not in PARTITIONS:
+            raise ValueError(f"scheme must be one of {PARTITIONS}, got {v.get('scheme')!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _lr_for_each_method(self):
+        missing = [m for m in self.methods if m not in self.lr]
+        bad = {k: x for k, x in self.lr.items() if k not in METHOD_NAMES or not x > 0}
+        if missing or bad:
+            raise ValueError(f"lr needs a value > 0 for each method; missing {missing}, bad entries {bad}")
+        if self.num_clients < len(self.budgets):
+            raise ValueError(f"num_clients ({self.num_clients}) must be >= the number of budgets "
+                             f"({len(self.budgets)})")
+        return self
+
+
+def client_budgets(cfg: PermHeteroConfig) -> list[float]:
+    """Width fraction per client: budgets dealt round-robin over a seeded permutation of clients
+    (equal group sizes up to one; independent of the data split)."""
+    order = np.random.default_rng(cfg.budget_seed).permutation(cfg.num_clients)
+    out = [0.0] * cfg.num_clients
+    for rank, client in enumerate(order):
+        out[int(client)] = float(cfg.budgets[rank % len(cfg.budgets)])
+    return out
+
+
+def make_method(key: str, model: FunctionalModel, spec, fractions: list[float], cfg: PermHeteroConfig):
+    name = METHOD_NAMES[key]
+    common = dict(local_steps=cfg.local_steps, lr=cfg.lr[key], batch_size=cfg.batch_size)
+    if key in ("perm_hetero", "perm_hetero_paper"):
+        p = cfg.perm
+        if key == "perm_hetero_paper":
+            p = p.model_copy(update={"discrepancy": "paper"})
+        return PERMHetero(model, spec, fractions=fractions, lam=p.lam, extraction=p.extraction,
+                          complexity=p.complexity, alpha_solver=p.alpha_solver, alpha_steps=p.alpha_steps,
+                          alpha_samples=p.alpha_samples, global_lr=p.global_lr, global_steps=p.global_steps,
+                          warmup_rounds=p.warmup_rounds, warmup_lr=cfg.lr.get("heterofl"), alpha_init=p.alpha_init,
+                          update_every=p.update_every, discrepancy=p.discrepancy, name=name, **common)
+    ft = dict(finetune_steps=cfg.finetune_steps, finetune_lr=cfg.finetune_lr, name=name)
+    if key == "heterofl":
+        return PartialFedAvg(model, spec, fractions=fractions, extraction="static", **ft, **common)
+    if key == "fedrolex":
+        return PartialFedAvg(model, spec, fractions=fractions, extraction="rolling", **ft, **common)
+    smallest = [min(cfg.budgets)] * len(fractions)
+    return PartialFedAvg(model, spec, fractions=smallest, extraction="static", **ft, **common)
+
+
+def cost_table(cfg: PermHeteroConfig, spec, fractions: list[float], mean_train_size: float) -> pd.DataFrame:
+    """Per client per round, by method and budget group (mean over the group's clients):
+
+    * params: coordinates of the model the client trains (its sub-model; PERM-hetero: the slice
+      min(r_i, r_j) of each visiting model, averaged over an epoch);
+    * peak_memory_mb: 8 P_max bytes (fp32 weights + gradients of the largest model it ever trains);
+    * train_mflops: 6 P B K per local-training round (2 P B forward + 4 P B backward per step) plus,
+      for PERM-hetero, the amortized global step + alpha gradients, (global_steps P_j + A_j) 6 S
+      every ``update_every`` rounds (S = alpha_samples or the mean train size; A_j = P_j, or for
+      the 'shared' discrepancy the sum of P_r over the widths r <= r_j), and its warm-up rounds at
+      6 P_j B K; the baselines' one-off fine-tuning (6 P B steps) is amortized over the rounds;
+    * comm_mb: 8 P bytes (sub-model down + update up) per round, same amortization.
+    FLOPs ~ 2 P per sample forward holds for MLPs (every weight is one multiply-add per sample)."""
+    f = torch.tensor(fractions, dtype=torch.float64)
+    own = num_parameters(masks_for(spec, fractions)).double()
+    smallest = float(num_parameters(masks_for(spec, [min(cfg.budgets)]))[0])
+    size_of = {r: float(num_parameters(masks_for(spec, [r]))[0]) for r in set(fractions)}
+    pair = torch.tensor([[size_of[min(a, b)] for a in fractions] for b in fractions], dtype=torch.float64)
+    bk = cfg.batch_size * cfg.local_steps
+    rows = []
+    for key in cfg.methods:
+        if key in ("perm_hetero", "perm_hetero_paper"):
+            p = cfg.perm if key == "perm_hetero" else cfg.perm.model_copy(update={"discrepancy": "paper"})
+            n = cfg.num_clients
+            period = n if p.update_every == "epoch" else p.update_every
+            shuffle = pair.mean(1)  # host j: mean over visiting models i of P(min(r_i, r_j))
+            warm = min(p.warmup_rounds, cfg.rounds)
+            rest = cfg.rounds - warm
+            updates = 0 if period is None else rest // period
+            samples = p.alpha_samples or mean_train_size
+            if p.discrepancy == "shared":  # client j computes alpha gradients at every width <= r_j
+                alpha_p = torch.tensor([sum(size_of[r] for r in size_of if r <= rj) for rj in fractions],
+                                       dtype=torch.float64)
+            else:
+                alpha_p = own
+            flops = (warm * 6 * own * bk + rest * 6 * shuffle * bk
+                     + updates * (p.global_steps * own + alpha_p) * 6 * samples) / cfg.rounds
+            comm = (warm * 8 * own + rest * 8 * shuffle + updates * (p.global_steps * own + alpha_p) * 8) / cfg.rounds
+            params, peak = shuffle, own
+        else:
+            held = torch.full_like(own, smallest) if key == "small_fedavg" else own
+            ft = cfg.finetune_steps * cfg.batch_size * 6 * held / cfg.rounds  # one fine-tuning, amortized
+            flops, comm, params, peak = 6 * held * bk + ft, 8 * held, held, held
+        for r in sorted(set(fractions), reverse=True):
+            sel = f == r
+            rows.append({"method": METHOD_NAMES[key], "budget": r, "params": float(params[sel].mean()),
+                         "peak_memory_mb": float(8 * peak[sel].max() / 1e6),
+                         "train_mflops_per_round": float(flops[sel].mean() / 1e6),
+                         "comm_mb_per_round": float(comm[sel].mean() / 1e6),
+                         "budget_params": float(own[sel].max())})
+    return pd.DataFrame(rows)
+
+
+@dataclass
+class HeteroResult:
+    history: pd.DataFrame  # tidy curves
+    groups: pd.DataFrame  # method x budget: accuracy mean / sd over seeds
+    clients: pd.DataFrame  # final per-client accuracy: method, seed, client, budget, accuracy, params
+    costs: pd.DataFrame
+    claim: dict
+    data_label: str
+    scale: str
+    metrics: dict
+    run_info: dict
+
+
+def hetero_experiment(cfg: PermHeteroConfig, show_progress: bool = True) -> HeteroResult:
+    device = resolve_device(cfg.device)
+    img = load_images(cfg.dataset)
+    spec = mlp_spec(img.shape, img.num_classes, hidden=tuple(cfg.hidden))
+    model = FunctionalModel(spec.factory(), device)
+    fractions = client_budgets(cfg)
+    methods = {METHOD_NAMES[k]: (lambda k=k: make_method(k, model, spec, fractions, cfg)) for k in cfg.methods}
+    datasets = {}
+
+    def data_for_seed(seed):
+        if seed not in datasets:
+            datasets[seed] = image_federation(cfg, img, seed).to(device)
+        return datasets[seed]
+
+    start = time.perf_counter()
+    states: dict = {}
+    history = run_methods(methods, data_for_seed, cfg.seeds, cfg.rounds, cfg.eval_every, show_progress, keep=states)
+    elapsed = time.perf_counter() - start
+    rows = []
+    for (name, seed), state in states.items():
+        key = next(k for k, v in METHOD_NAMES.items() if v == name)
+        algo = methods[name]()
+        personal = algo.personalized(state)
+        acc = evaluate(model, personal, state.data).accuracy
+        nonzero = sum((p != 0).reshape(len(fractions), -1).sum(1) for p in personal.values()).cpu()
+        for j, r in enumerate(fractions):
+            rows.append({"method": name, "seed": seed, "client": j, "budget": r, "accuracy": float(acc[j]),
+                         "trained_params": int(nonzero[j]), "key": key})
+    from ..eval import majority_baseline
+    for seed in cfg.seeds:
+        acc = majority_baseline(data_for_seed(seed)).accuracy
+        rows += [{"method": "Majority class", "seed": seed, "client": j, "budget": r, "accuracy": float(acc[j]),
+                  "trained_params": 0, "key": "majority"} for j, r in enumerate(fractions)]
+    clients = pd.DataFrame(rows)
+    per_seed = clients.groupby(["method", "budget", "seed"], as_index=False)["accuracy"].mean()
+    groups = per_seed.groupby(["method", "budget"])["accuracy"].agg(["mean", "std"]).unstack("budget")
+    groups.columns = [f"r={b:g} acc_{stat}" for stat, b in groups.columns]
+    groups = groups[sorted(groups.columns, key=lambda c: (-float(c.split()[0][2:]), c))]
+    data = data_for_seed(cfg.seeds[0])
+    costs = cost_table(cfg, spec, fractions, float(data.train_sizes.double().mean()))
+    claim = check_claim(cfg, per_seed, clients, costs)
+    scale = (f"N={cfg.num_clients}, {cfg.partition.get('scheme')} split, MLP {cfg.hidden} x r, "
+             f"r in {sorted(set(cfg.budgets), reverse=True)}, {cfg.rounds} rounds, K={cfg.local_steps}, "
+             f"{len(cfg.seeds)} seeds")
+    record = dataset_record(img)
+    metrics = {**record, "groups": {m: {c: float(v) for c, v in row.items() if pd.notna(v)}
+                                    for m, row in groups.iterrows()},
+               "claim": claim, "runtime_s": round(elapsed, 2)}
+    run_info = {"stage": cfg.stage, "scale": scale, "data": data.summary(), "device": str(device),
+                "fractions": fractions, "environment": environment(), "config": cfg.model_dump()}
+    label = data.label
+    return HeteroResult(history, groups, clients, costs, claim, label, scale, metrics, run_info)
+
+
+def check_claim(cfg: PermHeteroConfig, per_seed: pd.DataFrame, clients: pd.DataFrame, costs: pd.DataFrame) -> dict:
+    """(1) every client's trained model fits its budget: nonzero parameters <= its sub-model size;
+    (2) per budget group, PERM-hetero's mean accuracy >= the best baseline's - tolerance."""
+    budget_of = {r: float(costs[costs["budget"] == r]["budget_params"].max()) for r in cfg.budgets}
+    fits = bool((clients["trained_params"] <= clients["budget"].map(budget_of)).all())
+    out = {"every_model_fits_its_budget": fits, "tolerance": cfg.claim.tolerance, "groups": {}}
+    if "perm_hetero" not in cfg.methods:
+        return out
+    means = per_seed.groupby(["method", "budget"])["accuracy"].mean()
+    baselines = [METHOD_NAMES[k] for k in cfg.methods if not k.startswith("perm_hetero")]
+    holds = fits
+    for r in sorted(set(cfg.budgets), reverse=True):
+        ours = float(means[(METHOD_NAMES["perm_hetero"], r)])
+        best_name, best = max(((b, float(means[(b, r)])) for b in baselines), key=lambda t: t[1],
+                              default=(None, float("nan")))
+        ok = best_name is None or ours >= best - cfg.claim.tolerance
+        holds = holds and ok
+        out["groups"][f"r={r:g}"] = {"perm_hetero": ours, "best_baseline": best_name, "best_baseline_accuracy": best,
+                                     "margin": ours - best if best_name else None, "holds": bool(ok)}
+    out["holds"] = bool(holds)
+    return out
+
+
+def claim_table(claim: dict) -> pd.DataFrame:
+    """One row per budget group: PERM-hetero, the best baseline, the margin, whether it holds."""
+    rows = [{"group": g, "perm_hetero": c["perm_hetero"], "best_baseline": c["best_baseline"],
+             "best_baseline_accuracy": c["best_baseline_accuracy"], "margin": c["margin"], "holds": c["holds"]}
+            for g, c in claim.get("groups", {}).items()]
+    return pd.DataFrame(rows).set_index("group") if rows else pd.DataFrame()
