@@ -38,6 +38,7 @@ eval_every = 1
 perm = {"lam": 30000.0, "alpha_solver": "exact", "warmup_rounds": 2, "alpha_init": "estimate", "update_every": 2,
         "global_lr": 0.05}
 perfedavg = {"alpha": 0.02}
+pfedme = {}
 alpha_file = "build/smoke/perm_fig4/alpha.npz"
 device = "cpu"
 results_dir = "build/smoke/perm_fig4"
