@@ -184,8 +184,16 @@ def test_fig6_alpha_sparse_on_one_class_split_and_diffuse_on_iid():
     assert iid["effective_support_mean"] >= 15.0  # diffuse over ~all 20 clients
 
 
-def test_lr_sweep_records_divergence_and_goes_on():
+def test_lr_sweep_records_divergence_and_goes_on(monkeypatch):
+    from pflkit.experiments import perm as experiment
     from pflkit.experiments.perm import PermFig1Config, lr_sweep
+    dirs = []  # a sweep must not checkpoint into (and later delete) the stage's own build/checkpoints/<stage>
+
+    def spy(*args, **kwargs):
+        dirs.append(kwargs.get("checkpoint_dir"))
+        return run_methods(*args, **kwargs)
+    run_methods = experiment.run_methods
+    monkeypatch.setattr(experiment, "run_methods", spy)
     cfg = PermFig1Config.build(dict(
         stage="perm_fig1", results_dir="build/t", figures_dir="build/t", device="cpu", num_clients=4,
         samples_per_client=20, dim=5, test_fraction=0.2, rounds=3, local_steps=5, batch_size=5,
@@ -193,6 +201,9 @@ def test_lr_sweep_records_divergence_and_goes_on():
     table = lr_sweep(cfg, [0.1, float("inf")], seeds=[0])
     assert table["diverged"].tolist()[0] == "" and "diverged at round" in table["diverged"].tolist()[1]
     assert table["best"].tolist() == [True, False]
+    assert dirs == [None, None]
+    experiment.fig1(cfg, show_progress=False)  # the stage itself checkpoints under its own name
+    assert dirs[-1].parts[-2:] == ("checkpoints", "perm_fig1")
 
 
 def test_periodic_alpha_updates_use_the_configured_solver():

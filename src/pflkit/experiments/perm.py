@@ -185,15 +185,19 @@ class CurvesResult:
 
 
 def run_curves(cfg: RunConfig, model_factory: Callable, data_for_seed: Callable[[int], FederatedDataset],
-               scale: str, show_progress: bool = True, record: dict | None = None) -> CurvesResult:
-    """Every configured method x seed for cfg.rounds rounds; final table, metrics and run info."""
+               scale: str, show_progress: bool = True, record: dict | None = None,
+               checkpoint: bool = True) -> CurvesResult:
+    """Every configured method x seed for cfg.rounds rounds; final table, metrics and run info.
+    With ``checkpoint``, runs checkpoint every 5 rounds to build/checkpoints/<stage>/ and resume from there
+    (the stage's own runs only: lr sweeps pass False so they never touch the stage's files)."""
     device = resolve_device(cfg.device)
     model = FunctionalModel(model_factory, device)
     methods = {METHODS[k][0]: (lambda k=k: METHODS[k][1](model, cfg)) for k in cfg.methods}
     start = time.perf_counter()
     states: dict = {}
     history = run_methods(methods, lambda s: data_for_seed(s).to(device), cfg.seeds, cfg.rounds, cfg.eval_every,
-                          show_progress, keep=states, checkpoint_dir=resolve("build/checkpoints") / cfg.stage,
+                          show_progress, keep=states,
+                          checkpoint_dir=resolve("build/checkpoints") / cfg.stage if checkpoint else None,
                           checkpoint_every=5, checkpoint_tag=cfg.model_dump_json())
     elapsed = time.perf_counter() - start
     table = final_table(history, ("accuracy", "accuracy_weighted", "loss"))
@@ -206,14 +210,14 @@ def run_curves(cfg: RunConfig, model_factory: Callable, data_for_seed: Callable[
     return CurvesResult(history, table, data.label, scale, metrics, run_info, states)
 
 
-def fig1(cfg: PermFig1Config, show_progress: bool = True) -> CurvesResult:
+def fig1(cfg: PermFig1Config, show_progress: bool = True, checkpoint: bool = True) -> CurvesResult:
     """Personalized accuracy/loss vs rounds on PERM's synthetic two-group data (Fig. 1)."""
     scale = (f"N={cfg.num_clients}, {cfg.samples_per_client} samples/client, d={cfg.dim}, "
              f"{cfg.rounds} rounds, {len(cfg.seeds)} seeds")
     return run_curves(cfg, lambda: logistic((cfg.dim,), 2),
                       lambda seed: perm_synthetic(cfg.num_clients, cfg.samples_per_client, cfg.dim,
                                                   cfg.test_fraction, seed=seed),
-                      scale, show_progress)
+                      scale, show_progress, checkpoint=checkpoint)
 
 
 # --------------------------------------------------------------------------- Fig. 6: alpha heat maps
@@ -432,7 +436,7 @@ def image_federation(cfg: ImageCurvesConfig, img, seed: int) -> FederatedDataset
     return federate(img, cfg.num_clients, scheme, seed=seed, test_fraction=cfg.test_fraction, **spec)
 
 
-def image_curves(cfg: ImageCurvesConfig, show_progress: bool = True) -> CurvesResult:
+def image_curves(cfg: ImageCurvesConfig, show_progress: bool = True, checkpoint: bool = True) -> CurvesResult:
     """Figs. 2 / 4: personalized accuracy and loss vs rounds on a partitioned image dataset."""
     img = load_images(cfg.dataset)
     factory = cfg.model.factory(img.shape, img.num_classes)
@@ -441,7 +445,7 @@ def image_curves(cfg: ImageCurvesConfig, show_progress: bool = True) -> CurvesRe
              f"({count_parameters(factory()):,} params), {cfg.rounds} rounds, K={cfg.local_steps}, "
              f"{len(cfg.seeds)} seeds")
     return run_curves(cfg, factory, lambda seed: image_federation(cfg, img, seed), scale, show_progress,
-                      record=dataset_record(img))
+                      record=dataset_record(img), checkpoint=checkpoint)
 
 
 # --------------------------------------------------------------------------- fair tuning
@@ -464,7 +468,7 @@ def lr_sweep(cfg: RunConfig, grid: list[float], methods: list[str] | None = None
             if key == "localized_fedavg":
                 update["finetune_lr"] = lr
             try:
-                result = figure(cfg.model_copy(update=update), show_progress=show_progress)
+                result = figure(cfg.model_copy(update=update), show_progress=show_progress, checkpoint=False)
             except DivergenceError as exc:  # record the diverged setting and go on
                 rows.append({"method": key, "lr": lr, "accuracy": float("nan"), "loss": float("nan"),
                              "diverged": str(exc)})
