@@ -214,3 +214,34 @@ def test_periodic_alpha_updates_use_the_configured_solver():
     for _ in range(2):
         s = algo.round(s)
     torch.testing.assert_close(s.alpha, mixing_weights(model, s.w, data, 10.0, solver="exact"))
+
+
+def test_own_group_mass_on_a_hand_built_alpha():
+    from pflkit.experiments.perm import own_group_mass
+    groups = torch.tensor([0, 0, 1, 1])
+    alpha = torch.tensor([[0.5, 0.5, 0.0, 0.0],
+                          [0.2, 0.3, 0.5, 0.0],
+                          [0.1, 0.0, 0.0, 0.9],
+                          [0.25, 0.25, 0.25, 0.25]])
+    assert own_group_mass(alpha, groups).tolist() == pytest.approx([1.0, 0.5, 0.9, 0.5])
+
+
+def test_fig1_reports_perm_alpha_per_seed():
+    """fig1's metrics carry, per seed, PERM's own-group alpha mass and each group's label-1 share."""
+    from pflkit.experiments.perm import PermFig1Config, fig1
+    cfg = PermFig1Config.build(dict(
+        stage="perm_fig1_test", results_dir="build/t", figures_dir="build/t", device="cpu", num_clients=6,
+        samples_per_client=40, dim=5, test_fraction=0.2, rounds=4, local_steps=5, batch_size=5,
+        lr={"perm": 0.5}, finetune_steps=1, finetune_lr=0.1, methods=["perm"], seeds=[0, 1], eval_every=2,
+        perm={"lam": 300.0, "alpha_solver": "exact", "update_every": 2}))
+    result = fig1(cfg, show_progress=False, checkpoint=False)
+    got = result.metrics["perm_alpha"]
+    assert sorted(got) == ["0", "1"]
+    for seed, row in got.items():
+        data = perm_synthetic(6, 40, 5, 0.2, seed=int(seed))
+        counts = data.label_counts().double()
+        for g in (0, 1):
+            rows = data.groups == g
+            assert row["label1_share_by_group"][str(g)] == pytest.approx(
+                float(counts[rows, 1].sum() / counts[rows].sum()), abs=1e-4)
+        assert 0.0 <= row["own_group_mass_min"] <= row["own_group_mass_mean"] <= 1.0
