@@ -56,9 +56,7 @@ from pflkit.paths import resolve
 
 cfg = charles_nn.CharlesFig12Config.from_namespace(globals())
 result = charles_nn.fig12(cfg)
-for name, rec in result.metrics["tasks"].items():
-    print(f"{name}: {result.labels[name]} | source: {rec['source']} | {rec['params']:,} params | {rec['seconds']} s")
-print(result.scale)
+print(result.describe())
 
 # %% [markdown]
 # Training loss early (about a quarter of the way) and final (mean of the last evaluations) per gamma,

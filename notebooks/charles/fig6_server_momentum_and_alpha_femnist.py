@@ -57,9 +57,7 @@ from pflkit.paths import resolve
 
 cfg = charles_nn.CharlesFig6Config.from_namespace(globals())
 result = charles_nn.fig6(cfg)
-for name, rec in result.metrics["tasks"].items():
-    print(f"{name}: {result.labels[name]} | source: {rec['source']} | {rec['params']:,} params | {rec['seconds']} s")
-print(result.scale)
+print(result.describe())
 
 # %% [markdown]
 # Tuned (gamma, eta) per curve, the mean test accuracy over all evaluated rounds (a convergence-speed

@@ -1,4 +1,4 @@
-"""Command line: ``python -m pflkit {stage,validate,notebooks} ...``."""
+"""Command line: ``python -m pflkit {stage,validate,tune,notebooks} ...``."""
 from __future__ import annotations
 
 import argparse

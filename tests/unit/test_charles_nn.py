@@ -16,6 +16,7 @@ from pflkit.models.femnist import femnist_cnn
 from pflkit.models.lstm import CharLSTM, char_lstm
 from pflkit.models.resnet import resnet18_gn
 from pflkit.reference import local_update as ref
+from test_local_update import tiny_data, tiny_model  # the same tiny problem (tests/unit is on sys.path)
 
 
 def test_femnist_cnn_shapes_and_paper_size():
@@ -70,21 +71,6 @@ def test_char_lstm_runs_under_the_engine_vmap():
         assert torch.isclose(losses[i], fm.loss(p, x[i], y[i]), atol=1e-5)
 
 
-def tiny_data(num_clients=4, n=6, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    train, test = [], []
-    for j in range(num_clients):
-        x = torch.randn(n, 3, generator=g) + j
-        y = (x.sum(1) > j * 3).long()
-        train.append((x, y))
-        test.append((x[:2], y[:2]))
-    return FederatedDataset.from_client_arrays(train, test, num_classes=2, name="tiny")
-
-
-def tiny_model():
-    return FunctionalModel(lambda: nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)))
-
-
 def no_eval(params):
     return {"train_loss": torch.zeros(next(iter(params.values())).shape[0])}
 
@@ -102,7 +88,7 @@ def final_params(model, data, settings, rounds, **kw):
 
 
 def test_grid_one_setting_matches_local_update_and_reference_loop():
-    data, model = tiny_data(), tiny_model()
+    data, model = tiny_data(num_clients=4), tiny_model()
     kw = dict(local_steps=3, batch_size=2, clients_per_round=2, seed=5)
     x1 = final_params(model, data, [E.Setting(gamma=0.1, eta=0.7)], 1, **kw)
     # the reference loop with the same draws: clients, then [K, M, B] rows, from one generator
@@ -149,7 +135,7 @@ def test_grid_of_settings_equals_separate_local_update_runs():
 
 
 def test_grid_drops_and_reports_diverged_settings():
-    data, model = tiny_data(), tiny_model()
+    data, model = tiny_data(num_clients=4), tiny_model()
     batches = {"train": E.eval_batch(data, "train", 100, 0)}
     run = E.run_grid(model, data, [E.Setting(0.05, 0.1), E.Setting(1e4, 1e3)], rounds=4, local_steps=3,
                      batch_size=2, clients_per_round=2, seed=0, evaluate=E.make_evaluator(model, batches))

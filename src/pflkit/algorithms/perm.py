@@ -168,6 +168,34 @@ class PERMState(BaseState):
     shuffle_round: int  # rounds since personalization started
 
 
+def set_perm_settings(obj, *, local_steps: int, lr: float, batch_size: int | None, lam: float, alpha_solver: str,
+                      alpha_steps: int, alpha_samples: int | None, global_lr: float, global_steps: int,
+                      warmup_rounds: int, warmup_lr: float | None, alpha_init: str, update_every) -> None:
+    """Check PERM's settings (shared by PERM and PERMHetero) and set them on ``obj``."""
+    obj.local_steps = check_positive("local_steps", local_steps, integer=True)
+    obj.lr = check_positive("lr", lr)
+    obj.batch_size = check_batch_size(batch_size)
+    obj.lam = check_positive("lam", lam, allow_zero=True)
+    if alpha_solver not in ALPHA_SOLVERS:
+        raise ValueError(f"alpha_solver must be one of {ALPHA_SOLVERS}, got {alpha_solver!r}")
+    if alpha_solver == "exact" and lam == 0:
+        raise ValueError("alpha_solver='exact' needs lam > 0; use 'gd' for lam = 0")
+    obj.alpha_solver = alpha_solver
+    obj.alpha_steps = check_positive("alpha_steps", alpha_steps, integer=True)
+    obj.alpha_samples = None if alpha_samples is None else check_positive("alpha_samples", alpha_samples, integer=True)
+    obj.global_lr = check_positive("global_lr", global_lr)
+    obj.global_steps = check_positive("global_steps", global_steps, integer=True, allow_zero=True)
+    obj.warmup_rounds = check_positive("warmup_rounds", warmup_rounds, integer=True, allow_zero=True)
+    obj.warmup_lr = obj.lr if warmup_lr is None else check_positive("warmup_lr", warmup_lr)
+    if alpha_init not in ALPHA_INITS:
+        raise ValueError(f"alpha_init must be one of {ALPHA_INITS}, got {alpha_init!r}")
+    obj.alpha_init = alpha_init
+    if not (update_every is None or update_every == "epoch" or
+            (isinstance(update_every, int) and not isinstance(update_every, bool) and update_every >= 1)):
+        raise ValueError(f"update_every must be an integer >= 1, 'epoch' or None, got {update_every!r}")
+    obj.update_every = update_every
+
+
 class PERM:
     """Personalized ERM by model shuffling; see the module docstring for the round accounting.
 
@@ -188,28 +216,10 @@ class PERM:
                  warmup_lr: float | None = None, alpha_init: str = "uniform",
                  update_every: int | None | str = "epoch"):
         self.model = model
-        self.local_steps = check_positive("local_steps", local_steps, integer=True)
-        self.lr = check_positive("lr", lr)
-        self.batch_size = check_batch_size(batch_size)
-        self.lam = check_positive("lam", lam, allow_zero=True)
-        if alpha_solver not in ALPHA_SOLVERS:
-            raise ValueError(f"alpha_solver must be one of {ALPHA_SOLVERS}, got {alpha_solver!r}")
-        if alpha_solver == "exact" and lam == 0:
-            raise ValueError("alpha_solver='exact' needs lam > 0; use 'gd' for lam = 0")
-        self.alpha_solver = alpha_solver
-        self.alpha_steps = check_positive("alpha_steps", alpha_steps, integer=True)
-        self.alpha_samples = None if alpha_samples is None else check_positive("alpha_samples", alpha_samples, integer=True)
-        self.global_lr = check_positive("global_lr", global_lr)
-        self.global_steps = check_positive("global_steps", global_steps, integer=True, allow_zero=True)
-        self.warmup_rounds = check_positive("warmup_rounds", warmup_rounds, integer=True, allow_zero=True)
-        self.warmup_lr = self.lr if warmup_lr is None else check_positive("warmup_lr", warmup_lr)
-        if alpha_init not in ALPHA_INITS:
-            raise ValueError(f"alpha_init must be one of {ALPHA_INITS}, got {alpha_init!r}")
-        self.alpha_init = alpha_init
-        if not (update_every is None or update_every == "epoch" or
-                (isinstance(update_every, int) and not isinstance(update_every, bool) and update_every >= 1)):
-            raise ValueError(f"update_every must be an integer >= 1, 'epoch' or None, got {update_every!r}")
-        self.update_every = update_every
+        set_perm_settings(self, local_steps=local_steps, lr=lr, batch_size=batch_size, lam=lam,
+                          alpha_solver=alpha_solver, alpha_steps=alpha_steps, alpha_samples=alpha_samples,
+                          global_lr=global_lr, global_steps=global_steps, warmup_rounds=warmup_rounds,
+                          warmup_lr=warmup_lr, alpha_init=alpha_init, update_every=update_every)
 
     # -- helpers
     def _alpha(self, s: PERMState, init: Tensor | None) -> Tensor:

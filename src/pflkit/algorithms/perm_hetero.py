@@ -63,7 +63,7 @@ from ..engine.local_sgd import expand_lr, expand_schedule
 from ..engine.params import Params, broadcast, flatten, num_models, scale_like
 from ..models.width import EXTRACTIONS, WidthSpec, check_fractions, intersect, masks_for, num_parameters
 from .base import BaseState, check_batch_size, check_positive, eval_generator
-from .perm import ALPHA_INITS, ALPHA_SOLVERS, discrepancies, projected_gd, shuffle_clients, water_filling
+from .perm import ALPHA_SOLVERS, discrepancies, projected_gd, set_perm_settings, shuffle_clients, water_filling
 
 
 DISCREPANCIES = ("paper", "shared")
@@ -369,29 +369,10 @@ class PERMHetero:
             raise ValueError(f"discrepancy must be one of {DISCREPANCIES}, got {discrepancy!r}")
         self.discrepancy = discrepancy
         self.complexity = check_positive("complexity", complexity, allow_zero=True)
-        self.local_steps = check_positive("local_steps", local_steps, integer=True)
-        self.lr = check_positive("lr", lr)
-        self.batch_size = check_batch_size(batch_size)
-        self.lam = check_positive("lam", lam, allow_zero=True)
-        if alpha_solver not in ALPHA_SOLVERS:
-            raise ValueError(f"alpha_solver must be one of {ALPHA_SOLVERS}, got {alpha_solver!r}")
-        if alpha_solver == "exact" and lam == 0:
-            raise ValueError("alpha_solver='exact' needs lam > 0; use 'gd' for lam = 0")
-        self.alpha_solver = alpha_solver
-        self.alpha_steps = check_positive("alpha_steps", alpha_steps, integer=True)
-        self.alpha_samples = None if alpha_samples is None else check_positive("alpha_samples", alpha_samples,
-                                                                               integer=True)
-        self.global_lr = check_positive("global_lr", global_lr)
-        self.global_steps = check_positive("global_steps", global_steps, integer=True, allow_zero=True)
-        self.warmup_rounds = check_positive("warmup_rounds", warmup_rounds, integer=True, allow_zero=True)
-        self.warmup_lr = self.lr if warmup_lr is None else check_positive("warmup_lr", warmup_lr)
-        if alpha_init not in ALPHA_INITS:
-            raise ValueError(f"alpha_init must be one of {ALPHA_INITS}, got {alpha_init!r}")
-        self.alpha_init = alpha_init
-        if not (update_every is None or update_every == "epoch" or
-                (isinstance(update_every, int) and not isinstance(update_every, bool) and update_every >= 1)):
-            raise ValueError(f"update_every must be an integer >= 1, 'epoch' or None, got {update_every!r}")
-        self.update_every = update_every
+        set_perm_settings(self, local_steps=local_steps, lr=lr, batch_size=batch_size, lam=lam,
+                          alpha_solver=alpha_solver, alpha_steps=alpha_steps, alpha_samples=alpha_samples,
+                          global_lr=global_lr, global_steps=global_steps, warmup_rounds=warmup_rounds,
+                          warmup_lr=warmup_lr, alpha_init=alpha_init, update_every=update_every)
         if name is not None:
             self.name = name
 

@@ -432,6 +432,12 @@ class NNResult:
     labels: dict = field(default_factory=dict)  # task -> dataset label
     grid: pd.DataFrame | None = None  # every setting's history (Figs. 6, 13: before tuning)
 
+    def describe(self) -> str:
+        """One line per task (the dataset that ran, its source, model size, seconds), then the scale."""
+        lines = [f"{name}: {self.labels[name]} | source: {rec['source']} | {rec['params']:,} params | {rec['seconds']} s"
+                 for name, rec in self.metrics["tasks"].items()]
+        return "\n".join(lines + [self.scale])
+
 
 def _run_tasks(cfg: NNConfig, settings: list[Setting], watch: str, splits: dict[str, str]):
     """run_grid on every task; returns history, diverged, per-task records and labels, seconds."""
