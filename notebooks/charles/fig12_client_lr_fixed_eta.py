@@ -22,8 +22,8 @@
 # two lines). Offline, FEMNIST and CIFAR-100 are replaced by the substitutes named in params.yaml
 # (Fashion-MNIST with a Dirichlet writer-like split / a hierarchical-LDA split with coarse label =
 # label // 2); titles and metrics.json say so. Models are narrowed (width, LSTM units) and few rounds
-# are run at the CPU scale of params.yaml; the engine runs modules in eval mode, so the CNN's dropout is
-# inactive, and CIFAR images are standardised per image without random crops/flips. "Training loss" =
+# are run at the CPU scale of params.yaml; the CNN trains with its dropout layers (evaluation without),
+# and CIFAR images are standardised per image without random crops/flips. "Training loss" =
 # loss of the server model on a fixed sample of pooled training examples. Smoke defaults below;
 # `dvc repro charles_fig12` runs params.yaml (with Shakespeare; the smoke run skips it to stay fast).
 

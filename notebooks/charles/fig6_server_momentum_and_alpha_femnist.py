@@ -24,8 +24,8 @@
 #
 # **What runs here.** Offline, FEMNIST is replaced by the substitute named in params.yaml (Fashion-MNIST,
 # Dirichlet writer-like split), labelled in the title and metrics.json. CPU scale (params.yaml): a
-# narrowed CNN, fewer clients, local steps, rounds and a smaller tuning grid. The engine runs modules in
-# eval mode, so the CNN's dropout layers are inactive. Smoke defaults below; `dvc repro charles_fig6`
+# narrowed CNN, fewer clients, local steps, rounds and a smaller tuning grid. The CNN trains with its
+# dropout layers (0.25, 0.5) and is evaluated without. Smoke defaults below; `dvc repro charles_fig6`
 # runs params.yaml.
 
 # %% tags=["parameters"]

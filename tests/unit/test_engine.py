@@ -133,3 +133,58 @@ def test_local_sgd_rejects_mismatched_models(mixed):
     with pytest.raises(ValueError, match="prox > 0 needs an anchor"):
         local_sgd(model, broadcast(model.init(0), 5), mixed, torch.arange(5), steps=2, lr=0.1,
                   batch_size=2, generator=make_generator(0), prox=1.0)
+
+
+def _dropout_linear(d=10, p=0.3, classes=2):
+    return torch.nn.Sequential(torch.nn.Dropout(p), torch.nn.Linear(d, classes))
+
+
+def test_train_grad_runs_dropout_with_one_mask_per_model():
+    """With one sample per model the mask is readable off grad W (a dropped input gives a zero column);
+    recomputing each model's loss by hand with that mask gives the same gradient."""
+    n, d, p = 200, 10, 0.3
+    model = FunctionalModel(lambda: _dropout_linear(d, p))
+    assert model.dropout and model.module.training is False
+    g = torch.Generator().manual_seed(0)
+    params = {k: torch.randn(n, *v.shape, generator=g) for k, v in model.init(0).items()}
+    x, y = torch.randn(n, 1, d, generator=g), torch.randint(0, 2, (n, 1), generator=g)
+    grads, losses = model.train_grad(params, x, y, seed=7)
+    assert model.module.training is False  # back in eval mode
+    masks = grads["1.weight"].abs().sum(1) > 0  # [n, d]
+    assert abs(1 - masks.float().mean().item() - p) < 0.04  # 2,000 draws: sd ~0.01
+    assert len({tuple(m.tolist()) for m in masks}) > n // 2  # models draw their own masks
+    for i in range(n):
+        w = params["1.weight"][i].clone().requires_grad_()
+        b = params["1.bias"][i].clone().requires_grad_()
+        loss = torch.nn.functional.cross_entropy((x[i] * masks[i] / (1 - p)) @ w.T + b, y[i])
+        gw, gb = torch.autograd.grad(loss, (w, b))
+        torch.testing.assert_close(grads["1.weight"][i], gw, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(grads["1.bias"][i], gb, atol=1e-6, rtol=1e-5)
+        assert losses[i].item() == pytest.approx(loss.item(), rel=1e-5, abs=1e-6)
+    again, _ = model.train_grad(params, x, y, seed=7)
+    other, _ = model.train_grad(params, x, y, seed=8)
+    assert torch.equal(again["1.weight"], grads["1.weight"])
+    assert not torch.equal(other["1.weight"], grads["1.weight"])
+    eval_grads, _ = model.batched_grad(params, x, y)  # estimates and evaluation: no dropout
+    assert (eval_grads["1.weight"].abs().sum(1) > 0).all()
+
+
+def test_local_sgd_trains_with_dropout_deterministically(mixed):
+    model = FunctionalModel(lambda: _dropout_linear(6, 0.5, 3))
+    off = FunctionalModel(lambda: _dropout_linear(6, 0.5, 3), dropout=False)
+    w = broadcast(model.init(0), 4)
+    same_client = torch.zeros(4, dtype=torch.long)
+
+    def run(m, seed=0):
+        out, _ = local_sgd(m, w, mixed, same_client, steps=5, lr=0.1, batch_size=4, generator=make_generator(seed))
+        return out["1.weight"]
+    a = run(model)
+    assert torch.equal(a, run(model))  # deterministic for a seed
+    assert not torch.equal(a, run(model, seed=1))
+    plain = run(off)  # the same minibatches (mask seeds are drawn after them), no dropout
+    assert not torch.equal(a, plain)
+    no_layer = FunctionalModel(lambda: torch.nn.Sequential(torch.nn.Identity(), torch.nn.Linear(6, 3)))
+    assert not no_layer.dropout
+    assert torch.equal(plain, run(no_layer))
+    with pytest.raises(ValueError, match="dropout must be True or False"):
+        FunctionalModel(lambda: _dropout_linear(), dropout="yes")

@@ -6,6 +6,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.modules.dropout import _DropoutNd
 from torch.func import functional_call, grad_and_value, vmap
 
 from .params import Params
@@ -26,17 +27,26 @@ class FunctionalModel:
     the convolutions dominate, so vmap stays the default there). ``False``: always
     ``vmap(grad_and_value(loss))``, which is also used for any other module, inside torch.func
     transforms and for parameters that require grad. Every path gives the gradient of the same loss.
+
+    The module stays in eval mode: evaluation and every gradient used for estimates (PERM's alpha,
+    full-batch gradients) see no dropout. Minibatch training steps (``engine.local_sgd``) call
+    ``train_grad``, which runs dropout layers as in training, unless ``dropout=False``.
     """
 
     def __init__(self, factory: Callable[[], nn.Module], device: str | torch.device = "cpu",
-                 stacked: bool | str = "dense"):
+                 stacked: bool | str = "dense", dropout: bool = True):
         self.factory = factory
         self.module = factory().to(device)
         self.module.eval()
         if list(self.module.buffers()):
             raise ValueError("models with buffers (e.g. BatchNorm) cannot be stacked; use GroupNorm")
+        if not isinstance(dropout, bool):
+            raise ValueError(f"dropout must be True or False, got {dropout!r}")
         self.device = torch.device(device)
+        # dropout layers are active in training steps (train_grad) and off everywhere else
+        self.dropout = dropout and any(isinstance(m, _DropoutNd) for m in self.module.modules())
         self._batched_grad = vmap(grad_and_value(self.loss))
+        self._batched_train_grad = vmap(grad_and_value(self.loss), randomness="different")
         self._batched_eval = vmap(self._masked_stats)
         self._batched_masked_grad = vmap(grad_and_value(self._masked_loss))
         # a subclass that redefines the loss or the forward pass keeps the vmap path
@@ -70,6 +80,21 @@ class FunctionalModel:
         if self._use_stacked(params):
             return self.stacked.grad(params, x, y)
         return self._batched_grad(params, x, y)
+
+    def train_grad(self, params: Params, x: Tensor, y: Tensor, seed: int) -> tuple[Params, Tensor]:
+        """``batched_grad`` of a training step: dropout layers active (module in train mode), an
+        independent mask per model and sample, all drawn from ``seed`` (the global RNG is left as it
+        was). The same as ``batched_grad`` for a model without dropout or built with dropout=False."""
+        if not self.dropout:
+            return self.batched_grad(params, x, y)
+        devices = [self.device.index or 0] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            self.module.train()
+            try:
+                return self._batched_train_grad(params, x, y)
+            finally:
+                self.module.eval()
 
     def sgd_step_(self, params: Params, x: Tensor, y: Tensor, lr: Tensor) -> Tensor:
         """In place: params_i <- params_i - lr_i * grad of model i's mean loss on (x_i, y_i).

@@ -51,7 +51,8 @@ def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, cl
     v_i <- v_i - lr[s, i] * g_{s,i},  g_{s,i} = grad f_{schedule[s, i]}(v_i; batch) + prox * (v_i - anchor_i)
 
     ``batch_size=None`` uses each client's whole train split at every step (exact local GD); no
-    random draws are made then. Returns the new parameters and the minibatch losses [steps, N] (before each step). With
+    random draws are made then, and dropout layers stay off. Minibatch steps run a model's dropout
+    layers (``FunctionalModel.train_grad``) with one mask seed per step drawn from ``generator``. Returns the new parameters and the minibatch losses [steps, N] (before each step). With
     ``grad_weights`` (theta, shape [steps, 1] or [steps, N]) it also returns sum_s theta_s g_s per model
     as a third value (LocalUpdate's client output). ``lr`` and ``grad_weights`` take the shapes of
     ``expand_lr``.
@@ -71,6 +72,9 @@ def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, cl
         sched_dev = schedule.to(data.device)
     else:
         idx = data.sample_indices(schedule, batch_size, generator)  # [steps, N, B]
+    dropout = bool(getattr(model, "dropout", False)) and not full
+    if dropout:  # one seed per step for the dropout masks, drawn after the minibatches
+        seeds = torch.randint(0, 2**62, (steps,), generator=generator, device=generator.device).tolist()
     losses = torch.empty(steps, n, device=data.device)
     names = list(params)
     # one working copy, updated in place with fused multi-tensor ops (the caller's tensors are untouched)
@@ -83,7 +87,7 @@ def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, cl
         acc = [torch.zeros_like(p) for p in cur]
     # plain SGD on graph-free tensors: the model applies the step itself (engine.stacked folds it into
     # the weight-gradient matmul); prox, grad_weights or differentiable inputs take the general path
-    fused = (not prox and acc is None and hasattr(model, "sgd_step_")
+    fused = (not prox and acc is None and not dropout and hasattr(model, "sgd_step_")
              and not (torch.is_grad_enabled() and any(p.requires_grad for p in cur)))
     for s in range(steps):
         stacked = dict(zip(names, cur))
@@ -97,7 +101,7 @@ def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, cl
             if fused:
                 losses[s] = model.sgd_step_(stacked, x, y, lrs[s])
                 continue
-            grads, loss = model.batched_grad(stacked, x, y)
+            grads, loss = model.train_grad(stacked, x, y, seeds[s]) if dropout else model.batched_grad(stacked, x, y)
         losses[s] = loss
         g = [grads[k] for k in names]
         if prox:  # g + prox * (v - anchor)

@@ -18,9 +18,9 @@ training loss). A setting *diverges* when its parameters or watched loss (traini
 loss) become non-finite or the loss exceeds ``diverge_factor`` x its initial value; it is then dropped
 from the batch (no further compute) and reported with the round it was caught.
 
-Honest deviations at CPU scale (params.yaml states the scale): dropout is inactive (the engine runs
-modules in eval mode); CIFAR-100 images are standardised per image but not randomly cropped/flipped;
-offline, FEMNIST and CIFAR-100 are replaced by the labelled substitutes named in params.yaml.
+Honest deviations at CPU scale (params.yaml states the scale): CIFAR-100 images are standardised per
+image but not randomly cropped/flipped; offline, FEMNIST and CIFAR-100 are replaced by the labelled
+substitutes named in params.yaml. The FEMNIST CNN trains with its dropout layers (engine.local_sgd).
 """
 from __future__ import annotations
 

@@ -4,9 +4,9 @@ conv 3x3 (c1) -> ReLU -> conv 3x3 (c2) -> ReLU -> 2x2 max-pool -> dropout(0.25) 
 (hidden) -> ReLU -> dropout(0.5) -> dense softmax over ``num_classes`` (62 for FEMNIST). Paper widths:
 c1 = 32, c2 = 64, hidden = 128; ``width`` scales all three (CPU runs use width < 1).
 
-Dropout: pflkit's engine (``FunctionalModel``) keeps the module in eval mode, so dropout is the
-identity in training too; the layers are kept so that the parameter layout matches the paper's model,
-but runs through the engine train *without* dropout (stated in the Fig. 6/12/13 notebooks).
+Dropout: the engine's training steps (``engine.local_sgd`` -> ``FunctionalModel.train_grad``) run
+the dropout layers with an independent mask per model and sample; evaluation and gradient estimates
+run without (eval mode). ``FunctionalModel(..., dropout=False)`` turns dropout off in training too.
 """
 from __future__ import annotations
 
