@@ -65,6 +65,9 @@ print(result.data_label, "|", result.scale)
 # NBVAL_CHECK_OUTPUT
 report.print_table(result.table)
 
+# %%
+print(experiment.describe_claim(result.metrics.get("claim_perm_best")))
+
 # %% [markdown]
 # Fig. 1's mechanism: the share of PERM's final alpha_i inside client i's own group, per seed, next to
 # the share of label 1 in each group. Where both groups label almost everything 1 (seed 2 at paper

@@ -245,3 +245,15 @@ def test_fig1_reports_perm_alpha_per_seed():
             assert row["label1_share_by_group"][str(g)] == pytest.approx(
                 float(counts[rows, 1].sum() / counts[rows].sum()), abs=1e-4)
         assert 0.0 <= row["own_group_mass_min"] <= row["own_group_mass_mean"] <= 1.0
+
+
+def test_perm_claim_compares_with_the_best_other_method():
+    import pandas as pd
+    from pflkit.experiments.perm import describe_claim, perm_claim
+    table = pd.DataFrame({"accuracy_mean": [0.80, 0.82, 0.70, 0.95]},
+                         index=["PERM", "pFedMe", "Per-FedAvg", "Majority class"])
+    claim = perm_claim(table)
+    assert claim == {"perm": 0.8, "best_other": "pFedMe", "best_other_value": 0.82, "margin": -0.02, "holds": False}
+    assert "does NOT hold" in describe_claim(claim)
+    table.loc["pFedMe", "accuracy_mean"] = 0.80
+    assert perm_claim(table)["holds"] is True  # a tie is not a loss

@@ -184,6 +184,24 @@ class CurvesResult:
     states: dict | None = None  # (method, seed) -> final state
 
 
+def perm_claim(table: pd.DataFrame, metric: str = "accuracy_mean") -> dict:
+    """The paper's claim for its curve figures: PERM's final personalized accuracy (mean over seeds)
+    is at least every other method's (the majority-class baseline aside)."""
+    others = table.drop(index=["PERM", "Majority class"], errors="ignore")[metric]
+    best = others.idxmax()
+    perm = float(table.loc["PERM", metric])
+    return {"perm": round(perm, 4), "best_other": best, "best_other_value": round(float(others[best]), 4),
+            "margin": round(perm - float(others[best]), 4), "holds": bool(perm >= float(others[best]))}
+
+
+def describe_claim(claim: dict | None) -> str:
+    if claim is None:
+        return "no claim to check: PERM, or every other method, is not among the methods run"
+    verdict = "holds" if claim["holds"] else "does NOT hold"
+    return (f"claim 'PERM has the best personalized accuracy' {verdict}: PERM {claim['perm']:.3f} vs "
+            f"best other ({claim['best_other']}) {claim['best_other_value']:.3f}, margin {claim['margin']:+.3f}")
+
+
 def run_curves(cfg: RunConfig, model_factory: Callable, data_for_seed: Callable[[int], FederatedDataset],
                scale: str, show_progress: bool = True, record: dict | None = None,
                checkpoint: bool = True) -> CurvesResult:
@@ -205,6 +223,8 @@ def run_curves(cfg: RunConfig, model_factory: Callable, data_for_seed: Callable[
     record = record or {"dataset": data.name, "paper_dataset": data.paper_dataset or data.name,
                         "is_substitute": data.is_substitute}
     metrics = {**record, "final": table_records(table), "runtime_s": round(elapsed, 2)}
+    if "PERM" in table.index and len(table.index.difference(["PERM", "Majority class"])):
+        metrics["claim_perm_best"] = perm_claim(table)
     run_info = {"stage": cfg.stage, "scale": scale, "data": data.summary(), "device": str(device),
                 "environment": environment(), "config": cfg.model_dump()}
     return CurvesResult(history, table, data.label, scale, metrics, run_info, states)
