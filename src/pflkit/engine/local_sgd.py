@@ -52,7 +52,8 @@ def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, cl
 
     ``batch_size=None`` uses each client's whole train split at every step (exact local GD); no
     random draws are made then, and dropout layers stay off. Minibatch steps run a model's dropout
-    layers (``FunctionalModel.train_grad``) with one mask seed per step drawn from ``generator``. Returns the new parameters and the minibatch losses [steps, N] (before each step). With
+    layers (``FunctionalModel.train_grad``) with one mask seed per step drawn from ``generator``.
+    Returns the new parameters and the minibatch losses [steps, N] (before each step). With
     ``grad_weights`` (theta, shape [steps, 1] or [steps, N]) it also returns sum_s theta_s g_s per model
     as a third value (LocalUpdate's client output). ``lr`` and ``grad_weights`` take the shapes of
     ``expand_lr``.
