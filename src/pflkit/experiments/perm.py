@@ -231,7 +231,7 @@ def run_curves(cfg: RunConfig, model_factory: Callable, data_for_seed: Callable[
 
 
 def own_group_mass(alpha, groups):
-    """Share of each client's mixing vector alpha_i [N, N] that lies on clients of its own group [N]."""
+    """Share of each client's mixing vector alpha_i [N, N] on clients with its own group id [N] (group, majority label)."""
     same = (groups[:, None] == groups[None, :]).to(alpha)
     return (alpha * same).sum(1)
 
@@ -312,9 +312,7 @@ def dataset_record(img) -> dict:
 def alpha_summary(alpha, data: FederatedDataset) -> dict:
     """Mass on clients sharing the majority label, effective support 1/sum a^2, self weight."""
     import torch
-    label = data.label_counts().argmax(1).to(alpha.device)
-    same = (label[:, None] == label[None, :]).to(alpha.dtype)
-    mass = (alpha * same).sum(1)
+    mass = own_group_mass(alpha, data.label_counts().argmax(1).to(alpha.device))
     return {"same_label_mass_mean": float(mass.mean()), "same_label_mass_min": float(mass.min()),
             "effective_support_mean": float((1.0 / (alpha ** 2).sum(1)).mean()),
             "self_weight_mean": float(torch.diagonal(alpha).mean())}
