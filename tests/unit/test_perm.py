@@ -257,3 +257,5 @@ def test_perm_claim_compares_with_the_best_other_method():
     assert "does NOT hold" in describe_claim(claim)
     table.loc["pFedMe", "accuracy_mean"] = 0.80
     assert perm_claim(table)["holds"] is True  # a tie is not a loss
+    assert perm_claim(table.loc[["PERM", "Majority class"]]) is None  # nothing to compare with
+    assert perm_claim(table.drop(index="PERM")) is None

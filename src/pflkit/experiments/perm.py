@@ -184,10 +184,13 @@ class CurvesResult:
     states: dict | None = None  # (method, seed) -> final state
 
 
-def perm_claim(table: pd.DataFrame, metric: str = "accuracy_mean") -> dict:
+def perm_claim(table: pd.DataFrame, metric: str = "accuracy_mean") -> dict | None:
     """The paper's claim for its curve figures: PERM's final personalized accuracy (mean over seeds)
-    is at least every other method's (the majority-class baseline aside)."""
+    is at least every other method's (the majority-class baseline aside). None when PERM or every
+    other method is missing from ``table``."""
     others = table.drop(index=["PERM", "Majority class"], errors="ignore")[metric]
+    if "PERM" not in table.index or others.empty:
+        return None
     best = others.idxmax()
     perm = float(table.loc["PERM", metric])
     return {"perm": round(perm, 4), "best_other": best, "best_other_value": round(float(others[best]), 4),
@@ -223,8 +226,9 @@ def run_curves(cfg: RunConfig, model_factory: Callable, data_for_seed: Callable[
     record = record or {"dataset": data.name, "paper_dataset": data.paper_dataset or data.name,
                         "is_substitute": data.is_substitute}
     metrics = {**record, "final": table_records(table), "runtime_s": round(elapsed, 2)}
-    if "PERM" in table.index and len(table.index.difference(["PERM", "Majority class"])):
-        metrics["claim_perm_best"] = perm_claim(table)
+    claim = perm_claim(table)
+    if claim is not None:
+        metrics["claim_perm_best"] = claim
     run_info = {"stage": cfg.stage, "scale": scale, "data": data.summary(), "device": str(device),
                 "environment": environment(), "config": cfg.model_dump()}
     return CurvesResult(history, table, data.label, scale, metrics, run_info, states)
