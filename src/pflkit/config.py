@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+import os
 from typing import Annotated, Any, Mapping
 
 import yaml
@@ -48,6 +49,15 @@ class StageConfig(BaseModel):
     results_dir: str
     figures_dir: str
     device: str = "auto"
+    #: torch intra-op CPU threads for the stage: an integer >= 1, or "auto" (see ``resolve_threads``)
+    threads: int | str = "auto"
+
+    @field_validator("threads", mode="before")
+    @classmethod
+    def _threads(cls, v):
+        if v != "auto" and not (_is_int(v) and v >= 1):
+            raise ValueError(f"must be an integer >= 1 or 'auto', got {v!r}")
+        return v
 
     @field_validator("device")
     @classmethod
@@ -67,8 +77,29 @@ class StageConfig(BaseModel):
 
     @classmethod
     def from_namespace(cls, namespace: Mapping[str, Any]) -> "StageConfig":
-        """Pick this config's fields out of a notebook's globals() (its parameters cell)."""
-        return cls.build({k: namespace[k] for k in cls.model_fields if k in namespace})
+        """Pick this config's fields out of a notebook's globals() (its parameters cell), and apply
+        the stage's thread setting (``torch.set_num_threads``): every notebook builds its config this
+        way, so interactive runs and ``dvc repro`` use the same threads."""
+        cfg = cls.build({k: namespace[k] for k in cls.model_fields if k in namespace})
+        import torch
+        torch.set_num_threads(resolve_threads(cfg.threads))
+        return cfg
+
+
+#: threads used by ``threads: auto`` when OMP_NUM_THREADS is not set. One thread, by measurement
+#: (benchmarks/threads.py, results in benchmarks/results/threads.json): the stages run thousands of
+#: small batched ops, where a second OpenMP thread gains little on a quiet machine and, when another
+#: process keeps the other core busy, spin-waits turn a 35 s stage into minutes.
+DEFAULT_THREADS = 1
+
+
+def resolve_threads(threads: int | str = "auto") -> int:
+    """``threads`` as an int: itself, or for "auto" the environment's OMP_NUM_THREADS when it is set
+    to an integer >= 1 (how CI and users pick a count for a whole run), else ``DEFAULT_THREADS``."""
+    if threads != "auto":
+        return int(threads)
+    env = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(env) if env.isdigit() and int(env) >= 1 else DEFAULT_THREADS
 
 
 def format_errors(cls, exc: ValidationError) -> str:
