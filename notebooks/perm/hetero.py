@@ -94,7 +94,7 @@ import seaborn as sns
 plotting.use_style()
 fig, (ax_acc, ax_cost) = plotting.plt.subplots(1, 2, figsize=(13, 5))
 names = [experiment.METHOD_NAMES[k] for k in cfg.methods]
-palette = dict(zip(names + ["Majority class"], sns.color_palette("colorblind", len(names) + 1)))
+palette = plotting.method_palette(names + ["Majority class"])
 budget_order = sorted(set(cfg.budgets), reverse=True)
 per_seed = result.clients.groupby(["method", "budget", "seed"], as_index=False)["accuracy"].mean()
 sns.barplot(data=per_seed, x="budget", y="accuracy", hue="method", hue_order=names + ["Majority class"],

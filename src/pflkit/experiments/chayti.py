@@ -372,11 +372,10 @@ def fig5_bc_collaborators(cfg: ChaytiFig5Config) -> FigureResult:
 
 def loss_axes(ax, curves: pd.DataFrame, labels=None, theory_style: str = "--"):
     """Plot mean loss per curve (solid) with the 10-90% band over runs and the exact expectation (dashed)."""
-    import seaborn as sns
+    from ..plotting import method_styles
 
     labels = list(dict.fromkeys(curves["label"])) if labels is None else labels
-    palette = sns.color_palette("colorblind", len(labels))
-    for color, label in zip(palette, labels):
+    for label, (color, _, _) in method_styles(labels).items():  # solid: dashed lines are the theory
         sub = curves[curves["label"] == label]
         ax.plot(sub["step"], sub["mean"], color=color, label=f"{label} (mean of runs)")
         ax.fill_between(sub["step"], sub["q10"], sub["q90"], color=color, alpha=0.2, linewidth=0)
