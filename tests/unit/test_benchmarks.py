@@ -33,3 +33,11 @@ def test_speed_benchmark_writes_its_tables(tmp_path, capsys):
     table = (tmp_path / "speed.md").read_text()
     assert "| MLP 2x8 on 28x28, N=3 | FedAvg round | 1 |" in table
     assert "matmul" not in capsys.readouterr().err
+
+
+def test_threads_benchmark_writes_its_table(tmp_path):
+    threads = _load("threads")
+    res = threads.main(["--quick", "--threads", "1", "--out", str(tmp_path)])
+    assert [(r["threads"], r["busy_core"]) for r in res["rows"]] == [("1", False), ("1", True)]
+    assert all(r["status"] == "ok" and r["seconds"] > 0 for r in res["rows"])
+    assert "| perm_fig1 | 1 | busy |" in (tmp_path / "threads.md").read_text()
