@@ -63,7 +63,12 @@ def _jsonable(obj):
 # bool/None and dicts/lists/tuples of them. Nothing else is ever unpickled.
 
 class CheckpointError(ValueError):
-    """A checkpoint file cannot be read, or does not fit the state it should restore."""
+    """A checkpoint file cannot be read, or does not fit the state it should restore. ``reason``:
+    what is wrong, without the file's name or advice (for callers that word their own message)."""
+
+    def __init__(self, message: str, reason: str | None = None):
+        super().__init__(message)
+        self.reason = message if reason is None else reason
 
 
 _SCALARS = (bool, int, float, str, type(None))
@@ -133,23 +138,129 @@ def state_to_payload(state, skip: tuple[str, ...] = ("data",)) -> dict:
 def state_from_payload(template, payload: dict, skip: tuple[str, ...] = ("data",)):
     """Rebuild a state from :func:`state_to_payload`'s dict. ``template`` is a fresh state of the
     same algorithm (``algorithm.init(data, seed)``): skipped fields come from it, and a saved
-    generator state is set on the template's generator."""
+    generator state is set on the template's generator.
+
+    Every saved value is checked against the template's before anything is used: tensors must have
+    the template's shape and dtype, dicts the same keys, lists/tuples the same length, scalars the
+    same kind (a template value of None, e.g. PERM's alpha before personalization starts, accepts
+    any saved value). A mismatch raises :class:`CheckpointError` naming the field path, e.g.
+    ``PERMState.w['0.weight']``; the template (and its generator) is then left untouched."""
     import dataclasses
 
     import torch
     name = type(template).__name__
+    if not isinstance(payload, dict) or not isinstance(payload.get("fields"), dict):
+        raise CheckpointError(f"checkpoint state is not a state payload (got {type(payload).__name__})")
     if payload.get("class") != name:
         raise CheckpointError(f"checkpoint holds a {payload.get('class')!r} state, expected {name!r}")
     saved = payload["fields"]
     names = [f.name for f in dataclasses.fields(template) if f.name not in skip]
     if sorted(saved) != sorted(names):
         raise CheckpointError(f"checkpoint fields {sorted(saved)} differ from {name}'s {sorted(names)}")
-    values = {}
-    for f in names:
+    values = {f: _decode_like(saved[f], getattr(template, f), f"{name}.{f}") for f in names}
+    for f in names:  # only now, with every field valid: share the template's generator
         current = getattr(template, f)
-        values[f] = decode_value(saved[f], f"{name}.{f}",
-                                 generator=current if isinstance(current, torch.Generator) else None)
+        if isinstance(current, torch.Generator):
+            current.set_state(values[f].get_state())
+            values[f] = current
     return dataclasses.replace(template, **values)
+
+
+def _describe_tensor(t) -> str:
+    return f"shape {list(t.shape)} dtype {str(t.dtype).replace('torch.', '')}"
+
+
+def _decode_like(payload, template, where: str):
+    """Decode ``payload`` (see :func:`encode_value`) checked against ``template``, the fresh state's
+    value at the same place; tensors land on the template's device. Any mismatch, or any failure to
+    decode, is a :class:`CheckpointError` naming ``where``."""
+    import torch
+    if template is None:  # not yet set in a fresh state: anything encodable may have been saved
+        try:
+            return decode_value(payload, where)
+        except CheckpointError:
+            raise
+        except Exception as exc:  # noqa: BLE001 -- e.g. a tensor saved on a device this machine lacks
+            raise CheckpointError(f"{where}: cannot decode the saved value ({type(exc).__name__}: "
+                                  f"{shorten(str(exc))})") from None
+    if isinstance(template, _SCALARS):
+        if not isinstance(payload, _SCALARS):
+            raise CheckpointError(f"{where}: saved {_kind_of(payload)}, expected a {type(template).__name__}")
+        if not _same_scalar_kind(payload, template):
+            raise CheckpointError(f"{where}: saved {type(payload).__name__} {payload!r}, expected a "
+                                  f"{type(template).__name__}")
+        return payload
+    kind = _kind_of(payload)
+    if isinstance(template, torch.Tensor):
+        value = payload.get("value") if kind == "tensor" else None
+        if not isinstance(value, torch.Tensor):
+            raise CheckpointError(f"{where}: saved {kind}, expected a tensor ({_describe_tensor(template)})")
+        if value.shape != template.shape or value.dtype != template.dtype:
+            raise CheckpointError(f"{where}: saved tensor has {_describe_tensor(value)}, this run's state "
+                                  f"needs {_describe_tensor(template)}")
+        return value.to(template.device)
+    if isinstance(template, torch.Generator):
+        value = payload.get("value") if kind == "generator" else None
+        if not isinstance(value, torch.Tensor):
+            raise CheckpointError(f"{where}: saved {kind}, expected a random generator state")
+        g = torch.Generator(device=template.device)
+        try:
+            g.set_state(value)
+        except Exception as exc:  # noqa: BLE001 -- wrong size / dtype of the state bytes
+            raise CheckpointError(f"{where}: not a valid {template.device} generator state "
+                                  f"({type(exc).__name__}: {shorten(str(exc))})") from None
+        return g
+    if isinstance(template, dict):
+        value = payload.get("value") if kind == "dict" else None
+        if not isinstance(value, dict):
+            raise CheckpointError(f"{where}: saved {kind}, expected a dict with keys {sorted(template)}")
+        missing, extra = sorted(set(template) - set(value)), sorted(set(value) - set(template))
+        if missing or extra:
+            raise CheckpointError(f"{where}: saved dict keys differ from this run's state: "
+                                  f"missing {missing}, unexpected {extra}")
+        return {k: _decode_like(value[k], template[k], f"{where}[{k!r}]") for k in template}
+    if isinstance(template, (list, tuple)):
+        want = type(template).__name__
+        value = payload.get("value") if kind == want else None
+        if not isinstance(value, list):
+            raise CheckpointError(f"{where}: saved {kind}, expected a {want} of {len(template)}")
+        if len(value) != len(template):
+            raise CheckpointError(f"{where}: saved {want} has {len(value)} items, this run's state has "
+                                  f"{len(template)}")
+        items = [_decode_like(v, t, f"{where}[{i}]") for i, (v, t) in enumerate(zip(value, template))]
+        return items if isinstance(template, list) else tuple(items)
+    raise CheckpointError(f"{where}: this run's state holds a {type(template).__name__}, which checkpoints "
+                          "do not support")
+
+
+def _kind_of(payload) -> str:
+    if isinstance(payload, _SCALARS):
+        return f"a {type(payload).__name__}"
+    if isinstance(payload, dict) and isinstance(payload.get("__kind__"), str):
+        return payload["__kind__"]
+    return f"an unencoded {type(payload).__name__}"
+
+
+def _same_scalar_kind(value, template) -> bool:
+    if isinstance(template, bool) or isinstance(value, bool):
+        return type(value) is type(template)
+    if isinstance(template, float):
+        return isinstance(value, (int, float))
+    return type(value) is type(template)
+
+
+def shorten(text: str, limit: int = 300) -> str:
+    """``text`` if at most ``limit`` characters, else cut after the last whole sentence (or failing
+    that, word) that fits, with an ellipsis: never mid-word."""
+    text = " ".join(str(text).split())
+    if len(text) <= limit:
+        return text
+    head = text[:limit + 1]  # the cut may fall on the space after the last fitting sentence / word
+    sentence = head.rfind(". ")
+    if sentence >= limit // 2:
+        return head[:sentence + 1] + " ..."
+    word = head.rfind(" ")
+    return (head[:word] if word > 0 else head[:limit]).rstrip(",;:") + " ..."
 
 
 def save_checkpoint(path, obj) -> Path:
@@ -160,6 +271,14 @@ def save_checkpoint(path, obj) -> Path:
     return Path(path)
 
 
+def _load_failure(text: str) -> str:
+    """torch's weights-only refusal is mostly advice to load unsafely: keep only what it found."""
+    if "WeightsUnpickler error:" in text:
+        found = text.split("WeightsUnpickler error:", 1)[1].split("Check the documentation", 1)[0]
+        return f"not a plain tensors-and-containers file ({' '.join(found.split()).rstrip('.')})"
+    return text
+
+
 def load_checkpoint(path):
     """``torch.load(..., weights_only=True)``: tensors and plain containers only, never arbitrary
     pickled objects. Unreadable files raise :class:`CheckpointError` saying how to recover."""
@@ -168,5 +287,7 @@ def load_checkpoint(path):
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 -- any failure means the same thing here
-        raise CheckpointError(f"cannot read checkpoint {path}: {type(exc).__name__}: {str(exc)[:300]}. "
-                              f"Delete it (or its folder) to start that run afresh.") from None
+        reason = f"{type(exc).__name__}: {shorten(_load_failure(str(exc)))}"
+        end = "" if reason.endswith(".") else "."
+        raise CheckpointError(f"cannot read checkpoint {path}: {reason}{end} Delete it (or its folder) to "
+                              "start that run afresh.", reason=reason) from None

@@ -4,13 +4,23 @@ Long runs can checkpoint: with ``checkpoint=<file>`` (``run``) or ``checkpoint_d
 the run's state (algorithm state tensors, the CPU generator's state) and the history rows so far are
 saved every ``checkpoint_every`` rounds (atomically, ``torch.save``) and read back with
 ``torch.load(weights_only=True)``. A re-run resumes from the last checkpoint and gives the same
-history as an uninterrupted run; finished (method, seed) runs are not run again. A checkpoint written
-for other settings (hyperparameters, rounds, data, ``checkpoint_tag``) is ignored and overwritten.
+history as an uninterrupted run; finished (method, seed) runs are not run again.
+
+A checkpoint is resumed only if it was written by the same code for the same run: its fingerprint
+covers the algorithm and its settings, the model, (method, seed, rounds, eval_every), the data and
+``checkpoint_tag``, and the code: a SHA-256 of every ``.py`` file of the pflkit package
+(:func:`source_digest`) and of the notebook twin that runs it (``$PFLKIT_TWIN_SHA256``, set by the
+stage runner). A checkpoint written for other settings or by other code is ignored (and overwritten);
+one that cannot be read, or whose tensors do not fit this run's state (shape, dtype, keys), is
+reported as ``cannot use checkpoint <path>: <reason>`` and the run starts afresh. Every such message,
+and every resume, goes to stderr and to the stage runner's terminal (:func:`pflkit.progress.note`).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
+import os
 import re
 import sys
 from pathlib import Path
@@ -23,13 +33,21 @@ from .data.federated import FederatedDataset
 from .engine.params import is_finite
 from .eval import evaluate, majority_baseline
 from .io import CheckpointError, load_checkpoint, save_checkpoint, state_from_payload, state_to_payload
+from .progress import note
 
 HISTORY_COLUMNS = ["round", "method", "seed", "metric", "value"]
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2  # 2: the fingerprint covers the code (package source + notebook twin)
+TWIN_ENV = "PFLKIT_TWIN_SHA256"  # the stage runner puts the notebook twin's SHA-256 here
 
 
 class DivergenceError(RuntimeError):
     """A run produced NaN/Inf parameters or loss."""
+
+
+def _say(message: str) -> None:
+    """A message the user must see: stderr (the notebook's output) and the stage runner's terminal."""
+    print(message, file=sys.stderr, flush=True)
+    note(message)
 
 
 def _describe_lr(algorithm) -> str:
@@ -39,6 +57,25 @@ def _describe_lr(algorithm) -> str:
 
 
 # --------------------------------------------------------------------------- checkpoint identity
+@functools.lru_cache(maxsize=None)
+def source_digest() -> str:
+    """SHA-256 over the pflkit package source: every ``.py`` file under the package folder, sorted by
+    relative path, hashing path and bytes. Computed once per process."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for rel, path in sorted((p.relative_to(root).as_posix(), p) for p in root.rglob("*.py")):
+        data = path.read_bytes()
+        h.update(f"{rel}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+def code_identity() -> dict[str, str]:
+    """The code a checkpoint was written by: the package source digest and the notebook twin's
+    digest (``$PFLKIT_TWIN_SHA256``; empty outside a stage run)."""
+    return {"source": source_digest(), "twin": os.environ.get(TWIN_ENV, "")}
+
+
 def data_digest(data: FederatedDataset) -> str:
     """SHA-256 over the dataset's tensors (features, labels, client offsets): same data, same digest."""
     h = hashlib.sha256()
@@ -50,11 +87,14 @@ def data_digest(data: FederatedDataset) -> str:
 
 def run_fingerprint(algorithm, method: str, seed: int, rounds: int, eval_every: int, tag: str) -> str:
     """What a checkpoint must match to be resumed: the algorithm class and its plain settings, the
-    model architecture, the run's (method, seed, rounds, eval_every) and ``tag`` (data digest, config)."""
+    model architecture, the run's (method, seed, rounds, eval_every), ``tag`` (data digest, config)
+    and the code (:func:`code_identity`: package source and notebook twin)."""
     settings = {k: v for k, v in sorted(vars(algorithm).items())
                 if isinstance(v, (bool, int, float, str, type(None), tuple))}
     model = getattr(getattr(algorithm, "model", None), "module", None)
-    text = repr((type(algorithm).__qualname__, settings, repr(model), method, seed, rounds, eval_every, tag))
+    code = code_identity()
+    text = repr((type(algorithm).__qualname__, settings, repr(model), method, seed, rounds, eval_every, tag,
+                 code["source"], code["twin"]))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -63,20 +103,54 @@ def checkpoint_path(checkpoint_dir: str | Path, method: str, seed: int) -> Path:
     return Path(checkpoint_dir) / f"{slug}__seed{seed}.pt"
 
 
-def _load_resumable(path: Path | None, fingerprint: str) -> dict | None:
+def _stale_reason(saved, fingerprint: str) -> str | None:
+    """Why a readable checkpoint is not this run's (None: it is)."""
+    if not isinstance(saved, dict) or saved.get("format") != CHECKPOINT_FORMAT:
+        found = saved.get("format") if isinstance(saved, dict) else None
+        return f"written in checkpoint format {found!r} (this pflkit writes {CHECKPOINT_FORMAT})"
+    code, now = saved.get("code"), code_identity()
+    if not isinstance(code, dict) or code.get("source") != now["source"]:
+        return "written by other code (the pflkit source has changed since)"
+    if code.get("twin") != now["twin"]:
+        return "written by other code (the notebook has changed since)"
+    if saved.get("fingerprint") != fingerprint:
+        return "written for other settings"
+    return None
+
+
+def _check_rows(rows, start: int, rounds: int) -> list[tuple]:
+    if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start <= rounds:
+        raise CheckpointError(f"round: {start!r} is not a round of this run (0..{rounds})")
+    if not isinstance(rows, list) or not all(isinstance(r, (list, tuple)) and len(r) == len(HISTORY_COLUMNS)
+                                             for r in rows):
+        raise CheckpointError(f"rows: not a list of {len(HISTORY_COLUMNS)}-item history rows")
+    return [tuple(r) for r in rows]
+
+
+def _load_resumable(path: Path | None, fingerprint: str, template, rounds: int):
+    """(state, rows, round) from the checkpoint at ``path`` if it is this run's and fits ``template``
+    (a fresh state); else None, after saying why the run starts afresh."""
     if path is None or not path.exists():
         return None
     try:
         saved = load_checkpoint(path)
     except CheckpointError as exc:
-        print(f"ignoring unreadable checkpoint ({exc})", file=sys.stderr)
+        _say(f"cannot use checkpoint {path}: unreadable ({exc.reason}); starting this run afresh")
         return None
-    if not isinstance(saved, dict) or saved.get("format") != CHECKPOINT_FORMAT \
-            or saved.get("fingerprint") != fingerprint:
-        print(f"ignoring checkpoint {path}: written for other settings; starting this run afresh",
-              file=sys.stderr)
+    stale = _stale_reason(saved, fingerprint)
+    if stale is not None:
+        _say(f"ignoring checkpoint {path}: {stale}; starting this run afresh")
         return None
-    return saved
+    try:
+        start = saved.get("round")
+        rows = _check_rows(saved.get("rows"), start, rounds)
+        state = state_from_payload(template, saved.get("state"))
+        if getattr(state, "round", start) != start:
+            raise CheckpointError(f"the state is at round {state.round}, the checkpoint says round {start}")
+    except CheckpointError as exc:
+        _say(f"cannot use checkpoint {path}: {exc.reason}; starting this run afresh")
+        return None
+    return state, rows, start
 
 
 # --------------------------------------------------------------------------- running
@@ -106,12 +180,10 @@ def run(algorithm, data: FederatedDataset, rounds: int, seed: int, eval_every: i
         path = Path(checkpoint)
         tag = data_digest(data) if checkpoint_tag is None else checkpoint_tag
         fingerprint = run_fingerprint(algorithm, method, seed, rounds, eval_every, tag)
-        saved = _load_resumable(path, fingerprint)
-        if saved is not None:
-            state = state_from_payload(state, saved["state"])
-            rows = [tuple(r) for r in saved["rows"]]
-            start = int(saved["round"])
-            print(f"resuming {method} seed {seed} from round {start} of {rounds} ({path})", file=sys.stderr)
+        resumed = _load_resumable(path, fingerprint, state, rounds)
+        if resumed is not None:
+            state, rows, start = resumed
+            _say(f"resuming {method} seed {seed} from round {start} of {rounds} ({path})")
             if progress is not None:
                 progress.update(start)
 
@@ -126,9 +198,9 @@ def run(algorithm, data: FederatedDataset, rounds: int, seed: int, eval_every: i
         rows.extend((r, method, seed, k, float(v)) for k, v in summary.items())
 
     def save(r: int):
-        save_checkpoint(path, {"format": CHECKPOINT_FORMAT, "fingerprint": fingerprint, "method": method,
-                               "seed": seed, "round": r, "rounds": rounds, "rows": list(rows),
-                               "state": state_to_payload(state)})
+        save_checkpoint(path, {"format": CHECKPOINT_FORMAT, "fingerprint": fingerprint, "code": code_identity(),
+                               "method": method, "seed": seed, "round": r, "rounds": rounds,
+                               "rows": list(rows), "state": state_to_payload(state)})
 
     if start == 0:
         record(0)

@@ -28,6 +28,7 @@ from pflkit.experiments import perm as P
 from pflkit.io import (CheckpointError, decode_value, encode_value, load_checkpoint, save_checkpoint,
                        state_from_payload, state_to_payload)
 from pflkit.models import logistic
+from pflkit import runner
 from pflkit.runner import DivergenceError, checkpoint_path, run, run_methods
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -303,8 +304,161 @@ def test_checkpoint_for_other_settings_is_ignored(tmp_path, capsys):
     pd.testing.assert_frame_equal(other, run(fed(0.1), data, 4, 0))
     ckpt.write_bytes(b"garbage")
     again = run(fed(0.1), data, 4, 0, checkpoint=ckpt)
-    assert "ignoring unreadable checkpoint" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"cannot use checkpoint {ckpt}: unreadable (UnpicklingError: not a plain tensors-and-containers " \
+           "file (Unsupported operand 103)); starting this run afresh" in err
     pd.testing.assert_frame_equal(again, other)
+
+
+def _fedavg_run(tmp_path, **kwargs):
+    model = FunctionalModel(lambda: logistic((5,), 2))
+    data = perm_synthetic(6, 30, 5, 0.2, seed=0)
+    return run(P.FedAvg(model, local_steps=2, lr=0.1, batch_size=5), data, 4, 0, method="FedAvg", **kwargs)
+
+
+def test_checkpoint_written_by_other_code_is_ignored(tmp_path, capsys, monkeypatch):
+    """Issue 16.2: the fingerprint covers the package source and the notebook twin."""
+    monkeypatch.setenv("PFLKIT_PROGRESS", str(tmp_path / "progress.txt"))  # the stage runner's terminal
+    monkeypatch.delenv(runner.TWIN_ENV, raising=False)
+    clean = _fedavg_run(tmp_path)
+    ckpt = tmp_path / "c.pt"
+    _fedavg_run(tmp_path, checkpoint=ckpt)
+    assert load_checkpoint(ckpt)["round"] == 4 and load_checkpoint(ckpt)["code"]["source"] == runner.source_digest()
+    pd.testing.assert_frame_equal(_fedavg_run(tmp_path, checkpoint=ckpt), clean)
+    assert f"resuming FedAvg seed 0 from round 4 of 4 ({ckpt})" in capsys.readouterr().err  # same code: resumed
+    orig_round = P.FedAvg.round
+    rounds_run = []
+    monkeypatch.setattr(P.FedAvg, "round", lambda self, s: rounds_run.append(s.round) or orig_round(self, s))
+
+    monkeypatch.setattr(runner, "source_digest", lambda: "0" * 64)  # as if src/pflkit had been edited
+    pd.testing.assert_frame_equal(_fedavg_run(tmp_path, checkpoint=ckpt), clean)
+    err = capsys.readouterr().err
+    said = (f"ignoring checkpoint {ckpt}: written by other code (the pflkit source has changed since); "
+            "starting this run afresh")
+    assert said in err and "resuming" not in err and rounds_run == [0, 1, 2, 3]
+    assert said in (tmp_path / "progress.txt").read_text().splitlines()
+
+    rounds_run.clear()
+    monkeypatch.setenv(runner.TWIN_ENV, "f" * 64)  # the notebook twin changed
+    pd.testing.assert_frame_equal(_fedavg_run(tmp_path, checkpoint=ckpt), clean)
+    err = capsys.readouterr().err
+    assert "written by other code (the notebook has changed since)" in err and rounds_run == [0, 1, 2, 3]
+    a = runner.run_fingerprint(P.FedAvg(None, local_steps=2, lr=0.1, batch_size=5), "FedAvg", 0, 4, 1, "t")
+    monkeypatch.setenv(runner.TWIN_ENV, "e" * 64)
+    assert runner.run_fingerprint(P.FedAvg(None, local_steps=2, lr=0.1, batch_size=5), "FedAvg", 0, 4, 1, "t") != a
+
+
+def test_source_digest_covers_every_package_file_and_is_computed_once(monkeypatch):
+    import hashlib
+
+    import pflkit
+    root = Path(pflkit.__file__).parent
+    h = hashlib.sha256()
+    for rel, path in sorted((p.relative_to(root).as_posix(), p) for p in root.rglob("*.py")):
+        h.update(f"{rel}\0{path.stat().st_size}\0".encode() + path.read_bytes())
+    runner.source_digest.cache_clear()
+    assert runner.source_digest() == h.hexdigest()
+    monkeypatch.setattr(Path, "read_bytes", lambda self: pytest.fail("read again"))
+    assert runner.source_digest() == h.hexdigest()  # cached: no file is read twice in a process
+
+
+def _edit_saved_state(ckpt, edit):
+    saved = load_checkpoint(ckpt)
+    edit(saved["state"]["fields"])
+    save_checkpoint(ckpt, saved)
+
+
+def _tensor(t):
+    return {"__kind__": "tensor", "value": t, "device": "cpu"}
+
+
+@pytest.mark.parametrize("edit, reason", [
+    (lambda f: f["w"]["value"]["1.weight"].update(value=torch.zeros(3, 5)),
+     r"FedAvgState\.w\['1\.weight'\]: saved tensor has shape \[3, 5\] dtype float32, this run's state needs "
+     r"shape \[2, 5\] dtype float32"),
+    (lambda f: f["w"]["value"]["1.bias"].update(value=torch.zeros(2, dtype=torch.float64)),
+     r"FedAvgState\.w\['1\.bias'\]: saved tensor has shape \[2\] dtype float64, this run's state needs "
+     r"shape \[2\] dtype float32"),
+    (lambda f: f["w"]["value"].pop("1.bias"),
+     r"FedAvgState\.w: saved dict keys differ from this run's state: missing \['1\.bias'\], unexpected \[\]"),
+    (lambda f: f["w"]["value"].update({"2.weight": _tensor(torch.zeros(1))}),
+     r"FedAvgState\.w: .*missing \[\], unexpected \['2\.weight'\]"),
+    (lambda f: f.update(w=_tensor(torch.zeros(2))), r"FedAvgState\.w: saved tensor, expected a dict"),
+    (lambda f: f["w"]["value"].update({"1.bias": 0.5}),
+     r"FedAvgState\.w\['1\.bias'\]: saved a float, expected a tensor \(shape \[2\] dtype float32\)"),
+    (lambda f: f.update(round="four"), r"FedAvgState\.round: saved str 'four', expected a int"),
+    (lambda f: f["generator"].update(value=torch.zeros(3, dtype=torch.uint8)),
+     r"FedAvgState\.generator: not a valid cpu generator state"),
+])
+def test_checkpoint_that_does_not_fit_the_state_is_named_and_the_run_starts_afresh(tmp_path, capsys, monkeypatch,
+                                                                                    edit, reason):
+    """Issue 16.3: a wrong shape / dtype / key in a checkpoint names the file and the field, then runs afresh."""
+    import re
+    monkeypatch.setenv("PFLKIT_PROGRESS", str(tmp_path / "progress.txt"))
+    clean = _fedavg_run(tmp_path)
+    ckpt = tmp_path / "c.pt"
+    _fedavg_run(tmp_path, checkpoint=ckpt, checkpoint_every=2)
+    _edit_saved_state(ckpt, edit)
+    capsys.readouterr()
+    pd.testing.assert_frame_equal(_fedavg_run(tmp_path, checkpoint=ckpt, checkpoint_every=2), clean)
+    err = capsys.readouterr().err
+    pattern = rf"cannot use checkpoint {re.escape(str(ckpt))}: {reason}.*; starting this run afresh\n"
+    assert re.search(pattern, err), err
+    assert "resuming" not in err
+    assert re.search(pattern, (tmp_path / "progress.txt").read_text())
+    assert load_checkpoint(ckpt)["state"]["fields"]["w"]["value"]["1.weight"]["value"].shape == (2, 5)  # rewritten
+
+
+def test_a_checkpoint_that_does_not_fit_leaves_the_template_untouched(tmp_path):
+    model = FunctionalModel(lambda: logistic((5,), 2))
+    data = perm_synthetic(6, 30, 5, 0.2, seed=0)
+    algo = P.FedAvg(model, local_steps=2, lr=0.1, batch_size=5)
+    state = algo.round(algo.round(algo.init(data, 0)))
+    payload = state_to_payload(state)
+    payload["fields"]["w"]["value"]["1.bias"]["value"] = torch.zeros(7)
+    fresh = algo.init(data, 0)
+    before = fresh.generator.get_state()
+    with pytest.raises(CheckpointError, match=r"FedAvgState\.w\['1\.bias'\]: saved tensor has shape \[7\]"):
+        state_from_payload(fresh, payload)
+    assert torch.equal(fresh.generator.get_state(), before)  # the generator field came before w: not yet set
+    with pytest.raises(CheckpointError, match="not a state payload"):
+        state_from_payload(fresh, ["junk"])
+
+
+def test_perm_state_round_trips_with_fields_unset_in_the_fresh_state(tmp_path):
+    """A fresh PERM state (warm-up: v, alpha, sigma) holds None where a later one holds tensors: any
+    saved value is accepted there."""
+    data = perm_synthetic(6, 30, 5, 0.2, seed=0)
+    model = FunctionalModel(lambda: logistic((5,), 2))
+    algo = P.PERM(model, local_steps=2, lr=0.1, batch_size=5, lam=3.0, update_every=2, warmup_rounds=1)
+    fresh = algo.init(data, 0)
+    state = fresh
+    for _ in range(3):
+        state = algo.round(state)
+    unset = [f for f in ("v", "alpha", "sigma") if getattr(fresh, f) is None]
+    assert unset and all(getattr(state, f) is not None for f in unset)
+    back = state_from_payload(algo.init(data, 0), state_to_payload(state))
+    torch.testing.assert_close(back.alpha, state.alpha)
+    assert torch.equal(back.sigma, state.sigma) and back.v.keys() == state.v.keys()
+
+
+def test_long_load_errors_are_cut_at_a_sentence_or_word_never_mid_word(tmp_path, monkeypatch):
+    from pflkit.io import shorten
+    text = "The first sentence is here. " * 20
+    cut = shorten(text)
+    assert cut.endswith("here. ...") and len(cut) <= 305
+    words = shorten("abcdefgh " * 60)
+    assert words.endswith("abcdefgh ...") and len(words) <= 305
+    assert shorten("short. text") == "short. text"
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("the loader failed because " + "something was wrong " * 40)
+    monkeypatch.setattr(torch, "load", boom)
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(tmp_path / "x.pt")
+    import re
+    assert re.search(r" (something|was|wrong) \.\.\. Delete it \(or its folder\)", str(info.value)), str(info.value)
+    assert info.value.reason.startswith("RuntimeError: the loader failed because something was wrong")
 
 
 def test_divergence_with_checkpointing_names_method_round_and_lr(tmp_path):
