@@ -11,15 +11,36 @@ from typing import Iterator
 import pandas as pd
 
 
+def current_umask() -> int:
+    """The process umask, read without changing it (Linux: /proc/self/status), else via os.umask."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # set and restore: the only portable way to read it
+    os.umask(mask)
+    return mask
+
+
+def default_file_mode() -> int:
+    """The mode ``open()`` gives a new file: 0o666 less the umask (0644 under the usual umask 022)."""
+    return 0o666 & ~current_umask()
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds."""
+    """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds.
+    The file gets the usual mode (0o666 & ~umask), not mkstemp's private 0600."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp" + path.suffix, dir=path.parent)
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, default_file_mode())  # after the block: a writer may have replaced the file
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
