@@ -33,8 +33,13 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "stage":
-            from .notebooks import run_stage
-            print(f"{args.stage}: wrote {run_stage(args.stage, args.notebook, args.params)}")
+            from .notebooks import StageError, run_stage
+            try:
+                report = run_stage(args.stage, args.notebook, args.params)
+            except StageError as exc:  # a path and a reason: no traceback
+                print(exc, file=sys.stderr)
+                return 1
+            print(f"{args.stage}: wrote {report}")
         elif args.command == "tune":
             from .config import load_params, validate_stage
             from .experiments.perm import lr_sweep

@@ -2,13 +2,23 @@
 
 Every notebook ``notebooks/<paper>/<name>.ipynb`` has a py:percent twin ``<name>.py`` holding the
 same code. DVC stages depend on the twin, so re-running a notebook interactively (new outputs, same
-code) never invalidates its stage; ``check_twins`` (run by the tests) keeps the pair in step.
+code) never invalidates its stage; ``check_twins`` (run by the tests) keeps the pair in step. A stage
+executes the notebook built from the twin at run time, so what runs is exactly what DVC tracks.
+Kernels run over IPC (Unix sockets), not TCP.
 """
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
+import stat
 import sys
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import yaml
 
@@ -32,23 +42,96 @@ def twin_of(notebook: Path) -> Path:
     return notebook.with_suffix(".py")
 
 
+KERNELSPEC = {"name": KERNEL, "display_name": "Python (pflkit)", "language": "python"}
+
+
+def notebook_from_twin(py_path: str | Path, text: str | None = None):
+    """The notebook built from a py:percent twin (its code and cell tags, the project kernelspec):
+    what ``refresh`` stores and what a stage executes. ``text``: the twin's content, when already
+    read (so what runs is exactly what was hashed)."""
+    import jupytext
+
+    py_path = Path(py_path)
+    if py_path.suffix != ".py":
+        raise ValueError(f"expected the py:percent twin (.py), got {py_path}")
+    nb = jupytext.read(py_path) if text is None else jupytext.reads(text, fmt="py")
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
+    nb.metadata["jupytext"] = {"formats": "ipynb,py:percent"}
+    return nb
+
+
+def _socket_folder() -> str:
+    # Unix socket paths are limited to ~100 bytes: prefer the short /tmp over a long $TMPDIR
+    return "/tmp" if os.path.isdir("/tmp") and os.access("/tmp", os.W_OK | os.X_OK) else tempfile.gettempdir()
+
+
+@contextmanager
+def ipc_kernel() -> Iterator[type]:
+    """A kernel manager class for nbclient/papermill whose kernel talks over IPC (Unix sockets in a
+    private 0700 temp folder, removed afterwards) instead of TCP on localhost: no open ports, and no
+    "Kernel is running over TCP without encryption" warning on the terminal or in the notebook."""
+    from jupyter_client import AsyncKernelManager
+    from traitlets import default
+
+    folder = tempfile.mkdtemp(prefix="pflkit-kernel-", dir=_socket_folder())
+    ip = os.path.join(folder, "kernel")
+
+    class IPCKernelManager(AsyncKernelManager):
+        @default("transport")
+        def _pflkit_transport(self):
+            return "ipc"
+
+        @default("ip")
+        def _pflkit_ip(self):
+            return ip
+
+    try:
+        yield IPCKernelManager
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def drop_blank_stderr(nb):
+    """Remove stderr stream outputs whose text is empty or whitespace only (tqdm clearing a bar
+    leaves such outputs); returns ``nb``."""
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.outputs
+                            if not (o.get("output_type") == "stream" and o.get("name") == "stderr"
+                                    and not "".join(o.get("text", "")).strip())]
+    return nb
+
+
+def execute_notebook(input_path: str | Path, output_path: str | Path | None, cwd: str | Path,
+                     parameters: dict | None = None):
+    """Execute a notebook file with papermill (the project kernel over IPC, no progress bar) and
+    return the executed notebook, blank stderr outputs dropped. Papermill saves progress to
+    ``output_path`` while it runs (and the failed notebook there when a cell raises)."""
+    import papermill
+
+    with ipc_kernel() as manager:
+        nb = papermill.execute_notebook(str(input_path), None if output_path is None else str(output_path),
+                                        parameters=parameters, kernel_name=kernel_name(), cwd=str(cwd),
+                                        progress_bar=False, kernel_manager_class=manager)
+    return drop_blank_stderr(nb)
+
+
 def refresh(py_path: str | Path, execute: bool = True, timeout: int = 900) -> Path:
     """Build ``<name>.ipynb`` from its py:percent twin and run it with its smoke defaults in place,
     from the notebook's own folder (as nbval does). Stderr (progress bars) is not kept."""
-    import jupytext
     import nbformat
     from nbclient import NotebookClient
 
     py_path = Path(py_path)
     if py_path.suffix != ".py":
         raise ValueError(f"refresh takes the py:percent twin (.py), got {py_path}")
-    nb = jupytext.read(py_path)
-    nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python (pflkit)", "language": "python"}
-    nb.metadata["jupytext"] = {"formats": "ipynb,py:percent"}
+    nb = notebook_from_twin(py_path)
     if execute:
-        client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name(), record_timing=False,
-                                resources={"metadata": {"path": str(py_path.parent.resolve())}})
-        client.execute()
+        with ipc_kernel() as manager:
+            client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name(), record_timing=False,
+                                    kernel_manager_class=manager,
+                                    resources={"metadata": {"path": str(py_path.parent.resolve())}})
+            client.execute()
         for cell in nb.cells:
             if cell.cell_type == "code":
                 cell.outputs = [o for o in cell.outputs if o.get("name") != "stderr"]
@@ -93,43 +176,267 @@ def stage_outputs(stage: str, root: Path) -> list[Path]:
     return paths
 
 
+TWIN_SHA256_ENV = "PFLKIT_TWIN_SHA256"
+
+
+class StageError(RuntimeError):
+    """A stage cannot start, or cannot write its outputs: the message names the path and why."""
+
+
 def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml") -> Path:
-    """Validate the stage's parameters, execute its notebook with papermill at paper scale, and leave
-    the executed copy in reports/. On failure every declared output is removed (no half-written
-    results) and the failed notebook is kept in build/failed/ for inspection."""
-    import papermill
+    """Validate the stage's parameters, execute its notebook at paper scale, and leave the executed
+    copy in reports/.
+
+    The notebook executed is built at run time from the py:percent twin ``<name>.py`` (the file DVC
+    tracks), never from the stored ``.ipynb``: an edit in the twin is what runs, an edit made only in
+    the ``.ipynb`` is not (``pflkit notebooks check`` reports such a pair). The executed copy is built
+    in a per-run file ``build/running/<stage>.<pid>.*.ipynb`` (concurrent runs never share one).
+
+    Before any work, each declared output's folder must be writable (else :class:`StageError`
+    naming the folder and why). On any failure -- a cell raising, Ctrl-C, or an OSError such as a
+    full disk while writing the report -- every declared output is removed (no half-written results)
+    and the failed notebook is kept as ``build/failed/<stage>.ipynb``; a success removes a stale one.
+    Files are written with the usual mode (0o666 & ~umask).
+
+    Progress goes to stderr: a start line, each line the kernel writes with
+    :func:`pflkit.progress.note` as ``[<stage> <elapsed>s] <line>``, and an end line with the time.
+
+    Environment of the notebook's kernel (set for the run, restored afterwards):
+
+    - ``PFLKIT_PROGRESS`` (:data:`pflkit.progress.ENV`): a fresh per-run file in build/running/ that
+      the kernel appends progress lines to; this process echoes them and deletes it afterwards.
+    - ``PFLKIT_TWIN_SHA256``: the sha256 hex digest of the twin's bytes, i.e. of the code this run
+      executes (for checkpoint fingerprints: checkpoints written by other code are not resumed).
+    """
+    import nbformat
+
+    from .io import atomic_path
+    from .progress import ENV as PROGRESS_ENV
 
     root = project_root()
     cfg = validate_stage(load_params(root / params_file), stage)  # bad input fails before any work
     notebook = Path(notebook)
-    report = root / "reports" / notebook.relative_to("notebooks")
+    if notebook.is_absolute():
+        notebook = notebook.relative_to(root)
+    twin = root / twin_of(notebook)
+    if not twin.is_file():
+        raise StageError(f"stage {stage}: no py:percent twin {twin_of(notebook)}; the stage executes the twin "
+                         f"(the file DVC tracks): create it with `jupytext --set-formats ipynb,py:percent {notebook}`")
+    report = root / "reports" / notebook.with_suffix(".ipynb").relative_to("notebooks")
     outputs = stage_outputs(stage, root)
-    for path in outputs:
-        _remove(path)
-    tmp = root / "build" / "running" / report.name
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    for folder in (cfg.results_dir, cfg.figures_dir):
-        (root / folder).mkdir(parents=True, exist_ok=True)
+    if report not in outputs:
+        outputs.append(report)
+    running = root / "build" / "running"
+    failed = root / "build" / "failed" / f"{stage}.ipynb"
+    _check_writable(stage, root, [p.parent for p in outputs]
+                    + [running, failed.parent, root / cfg.results_dir, root / cfg.figures_dir])
+
+    code = twin.read_bytes()
+    temps: list[Path] = []
     try:
-        papermill.execute_notebook(str(root / notebook), str(tmp), parameters=cfg.model_dump(),
-                                   kernel_name=kernel_name(), cwd=str(root), progress_bar=False)
-    except BaseException:
         for path in outputs:
             _remove(path)
-        failed = root / "build" / "failed" / f"{stage}.ipynb"
-        failed.parent.mkdir(parents=True, exist_ok=True)
-        if tmp.exists():
-            shutil.move(tmp, failed)
-            print(f"stage {stage} failed; the executed notebook is in {failed.relative_to(root)}",
-                  file=sys.stderr)
+        for folder in (running, root / cfg.results_dir, root / cfg.figures_dir, report.parent):
+            folder.mkdir(parents=True, exist_ok=True)
+        _remove_stale_running(running, stage)
+        tmp = _run_file(running, stage, ".ipynb")
+        temps.append(tmp)
+        progress = _run_file(running, stage, ".progress")
+        temps.append(progress)
+        nbformat.write(notebook_from_twin(twin, code.decode("utf-8")), tmp)
+    except OSError as exc:
+        for path in temps:
+            path.unlink(missing_ok=True)
+        raise StageError(f"stage {stage} cannot prepare its outputs: {_describe(exc, root)}") from None
+
+    start = time.monotonic()
+    print(f"{stage}: running {twin.relative_to(root)} ...", file=sys.stderr, flush=True)
+    echo = _ProgressEcho(progress, stage, start)
+    try:
+        with _environ({PROGRESS_ENV: str(progress), TWIN_SHA256_ENV: hashlib.sha256(code).hexdigest()}):
+            echo.start()
+            try:
+                executed = execute_notebook(tmp, tmp, cwd=root, parameters=cfg.model_dump())
+            finally:
+                echo.stop()
+        executed.metadata.setdefault("papermill", {}).update(
+            input_path=str(twin.relative_to(root)), output_path=str(report.relative_to(root)))
+        with atomic_path(report) as part:  # inside the clean-up: a failed write leaves no report
+            nbformat.write(executed, part)
+    except BaseException as exc:
+        left = []
+        for path in outputs:
+            try:
+                _remove(path)
+            except OSError:
+                left.append(str(path.relative_to(root)))
+        kept = _keep_failed(tmp, failed)
+        where = (f"the executed notebook is in {failed.relative_to(root)}" if kept
+                 else "the executed notebook could not be kept")
+        print(f"stage {stage} failed after {time.monotonic() - start:.1f} s; {where}", file=sys.stderr, flush=True)
+        if left:
+            print(f"stage {stage}: could not remove {', '.join(left)}; delete them by hand", file=sys.stderr)
+        if isinstance(exc, OSError):
+            raise StageError(f"stage {stage} failed: {_describe(exc, root)}; none of its outputs were kept "
+                             f"({where})") from exc
         raise
-    report.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(tmp, report)
+    finally:
+        for path in temps:
+            path.unlink(missing_ok=True)
+    failed.unlink(missing_ok=True)  # a failure of an earlier run is stale now
+    print(f"{stage}: done in {time.monotonic() - start:.1f} s", file=sys.stderr, flush=True)
     return report
 
 
+def _describe(exc: OSError, root: Path) -> str:
+    """``<path>: <reason>`` for an OSError, the path relative to the project when inside it."""
+    if exc.filename is None:
+        return str(exc)
+    path = Path(exc.filename)
+    try:
+        path = path.relative_to(root)
+    except ValueError:
+        pass
+    return f"{path}: {exc.strerror or exc}"
+
+
+def _why_unwritable(folder: Path) -> str | None:
+    """Why files cannot be created in ``folder`` (created on demand if missing), or None."""
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    missing = "" if probe == folder else "cannot create it: "
+    if not probe.is_dir():
+        return f"{missing}{probe} is a file, not a folder"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        try:
+            readonly_fs = bool(os.statvfs(probe).f_flag & os.ST_RDONLY)
+        except OSError:
+            readonly_fs = False
+        if readonly_fs:
+            return f"{missing}{probe} is on a read-only file system"
+        st = probe.stat()
+        return (f"{missing}{probe} is not writable by this user (permission denied: mode "
+                f"{stat.filemode(st.st_mode)}, owner uid {st.st_uid}, this process uid {os.getuid()})")
+    return None
+
+
+def _check_writable(stage: str, root: Path, folders: list[Path]) -> None:
+    problems = []
+    for folder in dict.fromkeys(folders):  # unique, in order
+        why = _why_unwritable(folder)
+        if why:
+            problems.append(f"  {_rel(folder, root)}: {why.replace(str(root) + os.sep, '')}")
+    if problems:
+        raise StageError(f"stage {stage} cannot write its outputs (nothing was run or removed):\n"
+                         + "\n".join(problems))
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def _run_file(running: Path, stage: str, suffix: str) -> Path:
+    """A fresh file ``<stage>.<pid>.<random><suffix>`` in build/running/, with the usual mode."""
+    from .io import default_file_mode
+
+    fd, name = tempfile.mkstemp(prefix=f"{stage}.{os.getpid()}.", suffix=suffix, dir=running)
+    os.close(fd)
+    os.chmod(name, default_file_mode())
+    return Path(name)
+
+
+def _remove_stale_running(running: Path, stage: str) -> None:
+    """Remove this stage's per-run files left by runs that were killed (their process is gone)."""
+    for path in running.glob(f"{stage}.*"):
+        pid = path.name[len(stage) + 1:].split(".", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _keep_failed(tmp: Path, failed: Path) -> bool:
+    """Move the (partly) executed notebook to build/failed/; False when it cannot be kept."""
+    try:
+        if not tmp.exists():
+            return False
+        failed.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, failed)
+        return True
+    except OSError:
+        return False
+
+
+@contextmanager
+def _environ(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables (inherited by the kernel) for a block; restore them afterwards."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class _ProgressEcho(threading.Thread):
+    """Tail the kernel's progress file and echo each complete new line to stderr as
+    ``[<stage> <elapsed>s] <line>`` (flushed); :meth:`stop` echoes what is left."""
+
+    def __init__(self, path: Path, stage: str, start: float, interval: float = 0.2):
+        super().__init__(name=f"pflkit-progress-{stage}", daemon=True)
+        self.path, self.stage, self.start_time, self.interval = Path(path), stage, start, interval
+        self._done = threading.Event()
+        self._offset = 0
+        self._partial = b""
+
+    def run(self):
+        while not self._done.wait(self.interval):
+            self._pump()
+
+    def stop(self):
+        self._done.set()
+        if self.is_alive():
+            self.join()
+        self._pump(final=True)
+
+    def _pump(self, final: bool = False):
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except OSError:
+            data = b""
+        self._offset += len(data)
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        if final and self._partial:
+            lines.append(self._partial)
+            self._partial = b""
+        for line in lines:
+            text = line.decode("utf-8", "replace").rstrip()
+            if text:
+                print(f"[{self.stage} {time.monotonic() - self.start_time:.1f}s] {text}", file=sys.stderr,
+                      flush=True)
+
+
 def _remove(path: Path):
-    if path.is_dir():
+    if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
     else:
         path.unlink(missing_ok=True)
+

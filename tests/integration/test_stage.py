@@ -7,11 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGE, NOTEBOOK = "perm_fig1", "notebooks/perm/fig1_synthetic.ipynb"
+TWIN, REPORT = NOTEBOOK.replace(".ipynb", ".py"), "reports/perm/fig1_synthetic.ipynb"
 SMALL = {"num_clients": 6, "samples_per_client": 40, "rounds": 2, "local_steps": 2, "seeds": [0, 1],
          "eval_every": 1, "finetune_steps": 2, "device": "cpu"}
 
@@ -81,8 +83,8 @@ def test_failing_notebook_removes_partial_outputs(tmp_path):
     proj = _project(tmp_path)
     (proj / "results/perm_fig1").mkdir(parents=True)
     (proj / "results/perm_fig1/metrics.json").write_text("{stale}")
-    nb = proj / NOTEBOOK
-    nb.write_text(nb.read_text().replace("report.write_stage(", "raise RuntimeError('boom'); report.write_stage("))
+    twin = proj / TWIN  # the stage executes the twin
+    twin.write_text(twin.read_text().replace("report.write_stage(", "raise RuntimeError('boom'); report.write_stage("))
     out = _run([sys.executable, "-m", "pflkit", "stage", STAGE, NOTEBOOK], proj, check=False)
     assert out.returncode != 0 and "boom" in out.stderr + out.stdout
     assert not (proj / "results/perm_fig1/metrics.json").exists()
@@ -91,7 +93,8 @@ def test_failing_notebook_removes_partial_outputs(tmp_path):
     assert (proj / "build/failed/perm_fig1.ipynb").exists()
 
 
-def test_dvc_repro_is_cached_and_interactive_runs_do_not_invalidate(tmp_path):
+def _dvc_project(tmp_path: Path) -> tuple[Path, str]:
+    """The minimal project as a git + DVC repository; returns it and the dvc executable."""
     dvc = shutil.which("dvc", path=str(Path(sys.executable).parent)) or shutil.which("dvc")
     if dvc is None:
         pytest.skip("dvc not installed")
@@ -99,6 +102,11 @@ def test_dvc_repro_is_cached_and_interactive_runs_do_not_invalidate(tmp_path):
     _run(["git", "init", "-q"], proj)
     _run([dvc, "init", "-q"], proj)
     _run([dvc, "config", "core.analytics", "false"], proj)
+    return proj, dvc
+
+
+def test_dvc_repro_is_cached_and_interactive_runs_do_not_invalidate(tmp_path):
+    proj, dvc = _dvc_project(tmp_path)
     _run([dvc, "repro", "-q"], proj)
     assert (proj / "results/perm_fig1/metrics.json").exists()
     status = _run([dvc, "status", "--json"], proj).stdout
@@ -123,3 +131,24 @@ def test_dvc_repro_is_cached_and_interactive_runs_do_not_invalidate(tmp_path):
     assert json.loads((proj / "results/perm_fig1/run.json").read_text())["config"]["rounds"] == 1
     shown = _run([dvc, "metrics", "show", "--json"], proj).stdout
     assert "results/perm_fig1/metrics.json" in shown
+
+
+def test_dvc_repro_executes_the_twin_dvc_tracks_not_the_stored_ipynb(tmp_path):
+    proj, dvc = _dvc_project(tmp_path)
+    # an edit made only in the .ipynb is neither tracked nor executed; `notebooks check` reports it
+    nb = nbformat.read(proj / NOTEBOOK, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell('print("MARKER-IPYNB-ONLY")'))
+    nbformat.write(nb, proj / NOTEBOOK)
+    _run([dvc, "repro", "-q"], proj)
+    assert "MARKER-IPYNB-ONLY" not in (proj / REPORT).read_text()
+    check = _run([sys.executable, "-m", "pflkit", "notebooks", "check"], proj, check=False)
+    assert check.returncode == 1 and "code differs from fig1_synthetic.py" in check.stdout
+    assert json.loads(_run([dvc, "status", "--json"], proj).stdout) == {}
+    # an edit in the twin invalidates the stage, and the re-run executes it
+    twin = proj / TWIN
+    twin.write_text(twin.read_text() + '\n# %%\nprint("MARKER-TWIN")\n')
+    assert STAGE in json.loads(_run([dvc, "status", "--json"], proj).stdout)
+    _run([dvc, "repro", "-q"], proj)
+    report = (proj / REPORT).read_text()
+    assert "MARKER-TWIN" in report and "MARKER-IPYNB-ONLY" not in report
+    assert json.loads(_run([dvc, "status", "--json"], proj).stdout) == {}
