@@ -112,8 +112,8 @@ def test_checkpoints_written_by_other_code_are_not_resumed(tmp_path):
     assert "curves" in _run([dvc, "status"], proj)
     again = _run([dvc, "repro"], proj)
     for name in checkpoints:  # the stage names them as it was given them: relative to the project
-        assert (f"ignoring checkpoint build/checkpoints/{name}: written by other code (the pflkit source has changed since); "
-                "starting this run afresh") in again
+        assert (f"ignoring checkpoint build/checkpoints/{name}: written by other code (the pflkit source has "
+                "changed since); starting this run afresh") in again
     assert "resuming" not in again
     new = _history(proj / "results/history.csv")
     _run([sys.executable, "run.py", "", str(tmp_path / "clean.csv")], proj)  # the edited code, no checkpoints
