@@ -14,6 +14,17 @@ stage runner). A checkpoint written for other settings or by other code is ignor
 one that cannot be read, or whose tensors do not fit this run's state (shape, dtype, keys), is
 reported as ``cannot use checkpoint <path>: <reason>`` and the run starts afresh. Every such message,
 and every resume, goes to stderr and to the stage runner's terminal (:func:`pflkit.progress.note`).
+
+Divergence (:class:`DivergenceError`, naming method, seed, round and learning rates): NaN/Inf
+parameters or metrics at any evaluation; an evaluated loss above ``ABORT_MULTIPLE x diverge_factor``
+times the round-0 loss at any evaluation (a blow-up: stopped at once); or a loss still above
+``diverge_factor`` times the round-0 loss at the last round (it grew and never came back). A loss
+that spikes between evaluations but ends below ``diverge_factor`` x its initial value is not
+divergence. The loss is the mean over clients of each personalized model's test loss. The default
+``DIVERGE_FACTOR`` (10) is far above what any curve stage shows at params.yaml or smoke scale (final
+loss <= 1.02 x initial, peaks <= 1.5 x). The Charles NN grids (``experiments.charles_nn.run_grid``)
+keep their own, stricter rule (``diverge_factor`` 2 on the training loss, at any evaluation): there a
+diverged setting is dropped from a tuning grid, here it would stop a stage's reported run.
 """
 from __future__ import annotations
 
@@ -38,10 +49,13 @@ from .progress import note
 HISTORY_COLUMNS = ["round", "method", "seed", "metric", "value"]
 CHECKPOINT_FORMAT = 2  # 2: the fingerprint covers the code (package source + notebook twin)
 TWIN_ENV = "PFLKIT_TWIN_SHA256"  # the stage runner puts the notebook twin's SHA-256 here
+DIVERGE_FACTOR = 10.0  # default: final loss > 10 x the round-0 loss is divergence
+ABORT_MULTIPLE = 100.0  # a loss above ABORT_MULTIPLE x diverge_factor x initial stops the run at once
 
 
 class DivergenceError(RuntimeError):
-    """A run produced NaN/Inf parameters or loss."""
+    """A run produced NaN/Inf parameters or loss, or a loss that grew past its limits (see the module
+    docstring)."""
 
 
 def _say(message: str) -> None:
@@ -153,28 +167,55 @@ def _load_resumable(path: Path | None, fingerprint: str, template, rounds: int):
     return state, rows, start
 
 
+def _loss_at(rows: list[tuple], r: int) -> float | None:
+    for row in rows:
+        if row[0] == r and row[3] == "loss":
+            return float(row[4])
+    return None
+
+
+def check_loss_growth(method: str, seed: int, r: int, loss: float | None, initial: float | None,
+                      factor: float, lr: str, final: bool) -> None:
+    """Raise :class:`DivergenceError` if ``loss`` at round ``r`` grew too far from ``initial`` (the
+    round-0 loss): above ``ABORT_MULTIPLE * factor`` x initial at any round, above ``factor`` x
+    initial at the ``final`` round. Nothing to compare (no loss, or initial <= 0): no check."""
+    if loss is None or initial is None or not math.isfinite(initial) or initial <= 0:
+        return
+    limit = factor if final else ABORT_MULTIPLE * factor
+    if loss > limit * initial:
+        raise DivergenceError(
+            f"{method} diverged at round {r} (seed {seed}, {lr}): loss {loss:.3g} > {limit:g} x initial "
+            f"{initial:.3g}" + (" at the last round" if final else "") + "; lower the learning rate")
+
+
 # --------------------------------------------------------------------------- running
 def run(algorithm, data: FederatedDataset, rounds: int, seed: int, eval_every: int = 1,
         method: str | None = None, progress: tqdm | None = None, keep: dict | None = None,
         checkpoint: str | Path | None = None, checkpoint_every: int = 5,
-        checkpoint_tag: str | None = None) -> pd.DataFrame:
+        checkpoint_tag: str | None = None, diverge_factor: float = DIVERGE_FACTOR) -> pd.DataFrame:
     """Train ``algorithm`` for ``rounds`` communication rounds and evaluate its personalized models
     on every client's test split at round 0, every ``eval_every`` rounds and at the last round.
 
     With ``checkpoint`` (a file path), the state and history are saved there every
     ``checkpoint_every`` rounds and at the end, and a matching checkpoint is resumed from.
     ``checkpoint_tag`` is part of the match (default: a digest of ``data``).
-    NaN/Inf loss or parameters raise :class:`DivergenceError` naming method, round and lr."""
+    NaN/Inf loss or parameters, a loss above ``ABORT_MULTIPLE * diverge_factor`` x the round-0 loss
+    at any evaluation, or above ``diverge_factor`` x it at the last round, raise
+    :class:`DivergenceError` naming method, seed, round and lr."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds!r}")
     if eval_every < 1:
         raise ValueError(f"eval_every must be >= 1, got {eval_every!r}")
     if not isinstance(checkpoint_every, int) or isinstance(checkpoint_every, bool) or checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be an integer >= 1, got {checkpoint_every!r}")
+    if isinstance(diverge_factor, bool) or not isinstance(diverge_factor, (int, float)) \
+            or not diverge_factor > 1:
+        raise ValueError(f"diverge_factor must be a number > 1 (inf: no loss-growth check), got {diverge_factor!r}")
     method = method or algorithm.name
     rows: list[tuple] = []
     state = algorithm.init(data, seed)
     start = 0
+    initial: list[float | None] = [None]  # the round-0 loss
     path = fingerprint = None
     if checkpoint is not None:
         path = Path(checkpoint)
@@ -183,6 +224,7 @@ def run(algorithm, data: FederatedDataset, rounds: int, seed: int, eval_every: i
         resumed = _load_resumable(path, fingerprint, state, rounds)
         if resumed is not None:
             state, rows, start = resumed
+            initial[0] = _loss_at(rows, 0)
             _say(f"resuming {method} seed {seed} from round {start} of {rounds} ({path})")
             if progress is not None:
                 progress.update(start)
@@ -196,6 +238,10 @@ def run(algorithm, data: FederatedDataset, rounds: int, seed: int, eval_every: i
                                   f"non-finite {'parameters' if not bad else ', '.join(bad)}; "
                                   "lower the learning rate")
         rows.extend((r, method, seed, k, float(v)) for k, v in summary.items())
+        if r == 0:
+            initial[0] = summary.get("loss")
+        check_loss_growth(method, seed, r, summary.get("loss"), initial[0], diverge_factor,
+                          _describe_lr(algorithm), final=False)
 
     def save(r: int):
         save_checkpoint(path, {"format": CHECKPOINT_FORMAT, "fingerprint": fingerprint, "code": code_identity(),
@@ -212,6 +258,9 @@ def run(algorithm, data: FederatedDataset, rounds: int, seed: int, eval_every: i
             save(r)
         if progress is not None:
             progress.update(1)
+    last = max(row[0] for row in rows)  # the last round evaluated (also for a finished run read back)
+    check_loss_growth(method, seed, last, _loss_at(rows, last), initial[0], diverge_factor,
+                      _describe_lr(algorithm), final=True)
     if keep is not None:
         keep[(method, seed)] = state
     return pd.DataFrame(rows, columns=HISTORY_COLUMNS)
@@ -221,7 +270,7 @@ def run_methods(methods: Mapping[str, Callable[[], object]], data_for_seed: Call
                 seeds: Iterable[int], rounds: int, eval_every: int = 1, show_progress: bool = True,
                 keep: dict | None = None, checkpoint_dir: str | Path | None = None,
                 checkpoint_every: int = 5, checkpoint_tag: str = "",
-                keep_checkpoints: bool = False) -> pd.DataFrame:
+                keep_checkpoints: bool = False, diverge_factor: float = DIVERGE_FACTOR) -> pd.DataFrame:
     """Every method x seed; ``methods`` maps a display name to a factory of the algorithm.
     With ``keep`` (a dict), the final state of every run is stored under (method, seed).
 
@@ -230,6 +279,9 @@ def run_methods(methods: Mapping[str, Callable[[], object]], data_for_seed: Call
     up where it stopped; finished runs are read back, not re-run). ``checkpoint_tag`` (e.g. the
     stage config as JSON) must match too. The files are deleted once every run has finished, unless
     ``keep_checkpoints``.
+
+    A run that diverges (see :func:`run`; ``diverge_factor`` is passed on) raises
+    :class:`DivergenceError` and stops the rest.
 
     Adds the per-client majority-class baseline as method "Majority class" (flat over rounds).
     """
@@ -251,7 +303,8 @@ def run_methods(methods: Mapping[str, Callable[[], object]], data_for_seed: Call
                 if path is not None:
                     used.append(path)
                 frames.append(run(make(), data, rounds, seed, eval_every, method=name, progress=bar, keep=keep,
-                                  checkpoint=path, checkpoint_every=checkpoint_every, checkpoint_tag=tag))
+                                  checkpoint=path, checkpoint_every=checkpoint_every, checkpoint_tag=tag,
+                                  diverge_factor=diverge_factor))
     if checkpoint_dir is not None and not keep_checkpoints:
         for path in used:
             path.unlink(missing_ok=True)
