@@ -38,13 +38,13 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 import pandas as pd
-from tqdm import tqdm
 
 from .data.federated import FederatedDataset
 from .engine.params import is_finite
 from .eval import evaluate, majority_baseline
 from .io import CheckpointError, load_checkpoint, save_checkpoint, state_from_payload, state_to_payload
-from .progress import note
+from .progress import Timer, note, tqdm
+from .progress import bar as progress_bar
 
 HISTORY_COLUMNS = ["round", "method", "seed", "metric", "value"]
 CHECKPOINT_FORMAT = 2  # 2: the fingerprint covers the code (package source + notebook twin)
@@ -288,8 +288,8 @@ def run_methods(methods: Mapping[str, Callable[[], object]], data_for_seed: Call
     seeds = list(seeds)
     frames = []
     used: list[Path] = []
-    with tqdm(total=len(methods) * len(seeds) * rounds, desc="rounds", disable=not show_progress,
-              leave=False) as bar:
+    runs, done, clock = len(methods) * len(seeds), 0, Timer()
+    with progress_bar(len(methods) * len(seeds) * rounds, "rounds", disable=not show_progress) as bar:
         for seed in seeds:
             data = data_for_seed(seed)
             base = majority_baseline(data).summary()
@@ -302,9 +302,14 @@ def run_methods(methods: Mapping[str, Callable[[], object]], data_for_seed: Call
                 path = None if checkpoint_dir is None else checkpoint_path(checkpoint_dir, name, seed)
                 if path is not None:
                     used.append(path)
+                one = Timer()
                 frames.append(run(make(), data, rounds, seed, eval_every, method=name, progress=bar, keep=keep,
                                   checkpoint=path, checkpoint_every=checkpoint_every, checkpoint_tag=tag,
                                   diverge_factor=diverge_factor))
+                done += 1
+                final = frames[-1][(frames[-1]["round"] == rounds) & (frames[-1]["metric"] == "accuracy")]["value"]
+                note(f"{name} seed {seed} done in {one} ({done}/{runs} runs, {clock} elapsed)"
+                     + (f": accuracy {final.iloc[0]:.3f}" if len(final) else ""))
     if checkpoint_dir is not None and not keep_checkpoints:
         for path in used:
             path.unlink(missing_ok=True)

@@ -45,6 +45,7 @@ from ..data.federated import FederatedDataset
 from ..engine import FunctionalModel, resolve_device
 from ..engine.local_sgd import local_sgd
 from ..engine.params import Params, broadcast
+from ..progress import note
 from ..report import environment
 
 TASKS = ("femnist", "cifar100", "shakespeare")
@@ -122,7 +123,7 @@ def make_evaluator(model: FunctionalModel, batches: dict[str, tuple], chunk: int
 def run_grid(model: FunctionalModel, data: FederatedDataset, settings: list[Setting], *, rounds: int,
              local_steps: int, batch_size: int, clients_per_round: int | None, seed: int, evaluate,
              eval_every: int = 1, diverge_factor: float = 2.0, watch: str = "train_loss",
-             show_progress: bool = False) -> GridRun:
+             show_progress: bool = False, label: str = "") -> GridRun:
     """LocalUpdate(Theta_{1:K}, alpha, gamma, B, M, ServerOpt) for every setting at once.
 
     Per round: M clients (one draw, shared by all settings), then for each distinct alpha one
@@ -189,8 +190,12 @@ def run_grid(model: FunctionalModel, data: FederatedDataset, settings: list[Sett
             upd = x[k] - _scale(eta, x[k]) * step
             x[k] = torch.where(_scale(live, x[k]), upd, x[k])
             buf[k] = torch.where(_scale(live, x[k]), b, buf[k])
-        if show_progress and (r + 1) % max(1, rounds // 5) == 0:
-            print(f"  round {r + 1}/{rounds}: {int(alive.sum())}/{G} settings alive", flush=True)
+        if (r + 1) % max(1, rounds // 10) == 0:  # about every 10% of the rounds
+            line = (f"{label}round {r + 1}/{rounds}: {int(alive.sum())}/{G} settings alive "
+                    f"({time.perf_counter() - start:.1f} s)")
+            note(line)
+            if show_progress:
+                print(" ", line, flush=True)
     meta = pd.DataFrame([{"setting": g, "gamma": s.gamma, "eta": s.eta, "server": s.server,
                           "momentum": s.momentum, "alpha": s.alpha, "variant": s.variant}
                          for g, s in enumerate(settings)])
@@ -466,7 +471,7 @@ def _run_tasks(cfg: NNConfig, settings: list[Setting], watch: str, splits: dict[
         run = run_grid(model, data, settings, rounds=t.rounds, local_steps=cfg.local_steps,
                        batch_size=t.batch_size, clients_per_round=t.clients_per_round, seed=cfg.seed,
                        evaluate=make_evaluator(model, batches), eval_every=cfg.eval_every,
-                       diverge_factor=cfg.diverge_factor, watch=watch)
+                       diverge_factor=cfg.diverge_factor, watch=watch, label=f"{cfg.stage} {name}: ")
         hist.append(run.history.assign(task=name))
         dead.append(run.diverged.assign(task=name))
         from ..models import count_parameters

@@ -20,6 +20,7 @@ from ..algorithms.collaborative import BC, WGA, Alone, CollaborativeRun, run, tu
 from ..config import Section, Seed, StageConfig, raise_problems, register
 from ..data.quadratic_users import NoisyQuadraticUsers
 from ..engine.device import resolve_device
+from ..progress import note
 from ..report import environment
 from ..theory import speedup as theory
 
@@ -225,6 +226,8 @@ def fig1_speedup(cfg: ChaytiFig1Config) -> FigureResult:
             rows.append({"N": n, "tau": tau, "a_star": a, "zeta": zeta,
                          "speedup_theory": float(theory.wga_speedup(n, tau)),
                          "speedup_measured": measured, "speedup_se": measured * rel_se})
+            note(f"{cfg.stage}: check N={n}, tau={tau:g} done ({len(rows)}/{len(cfg.check_n) * len(cfg.check_tau)}, "
+                 f"{time.perf_counter() - start:.1f} s)")
     check = pd.DataFrame(rows)
     check["z"] = (check["speedup_measured"] - check["speedup_theory"]) / check["speedup_se"]
     elapsed = time.perf_counter() - start
@@ -252,6 +255,7 @@ def fig2_convergence(cfg: ChaytiFig2Config) -> FigureResult:
                   record_every=cfg.record_every)
     curves, rows, tuning = [], [], []
     for p, panel in enumerate(cfg.panels):
+        note(f"{cfg.stage}: panel {p + 1}/{len(cfg.panels)} ({panel.label}), {time.perf_counter() - start:.1f} s elapsed")
         x0 = users.start(panel.x0, cfg.runs)
         tuned = {}
         for name, make in (("Alone", Alone), ("WGA", lambda: WGA(cfg.a_wga))):
@@ -307,6 +311,7 @@ def _sweep(cfg: SweepConfig, values, label_of, users_of, method, kw, floor_fn):
         floor = theory.stationary_loss(eta=cfg.eta, N=n, sigma=cfg.sigma, zeta=zeta, **kw)
         rows.append({"label": label, "value": value, **final_stats(result, cfg.tail_fraction),
                      "theory_final": float(exact[-1]), "theory_floor": floor, "paper_floor": floor_fn(n, zeta)})
+        note(f"{cfg.stage}: {label} done ({i + 1}/{len(values)} curves, {time.perf_counter() - start:.1f} s)")
     return pd.concat(curves, ignore_index=True), pd.DataFrame(rows), time.perf_counter() - start, device
 
 

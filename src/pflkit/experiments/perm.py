@@ -24,6 +24,7 @@ from ..data.synthetic import perm_synthetic
 from ..engine import FunctionalModel, resolve_device
 from ..models import logistic
 from ..paths import resolve
+from ..progress import note
 from ..report import environment, table_records
 from ..runner import DivergenceError, final_table, run_methods
 
@@ -361,6 +362,7 @@ def fig6(cfg: PermFig6Config) -> tuple[dict[str, AlphaPanel], dict]:
         alpha = mixing_weights(model, state.w, data, cfg.lam, solver="exact").cpu()
         labels = data.label_counts().argmax(1)
         panels[panel] = AlphaPanel(alpha, labels.argsort(stable=True), labels, alpha_summary(alpha, data))
+        note(f"{cfg.stage}: panel {panel!r} done ({len(panels)}/{len(cfg.schemes)})")
     return panels, dataset_record(img)
 
 
@@ -417,6 +419,7 @@ def alpha_convergence(cfg: PermAlphaConvergenceConfig) -> tuple[pd.DataFrame, pd
             if r == max(cfg.checkpoints):
                 shares += [{"seed": seed, "client": j, "group": int(data.groups[j]), "own_group_mass": float(own[j])}
                            for j in range(data.num_clients)]
+        note(f"{cfg.stage}: seed {seed} done ({cfg.seeds.index(seed) + 1}/{len(cfg.seeds)} seeds)")
     record = {"dataset": "perm-synthetic", "paper_dataset": "perm-synthetic", "is_substitute": False}
     return pd.DataFrame(rows), pd.DataFrame(shares), record
 
@@ -646,6 +649,7 @@ def fig3(cfg: PermFig3Config) -> pd.DataFrame:
                         torch.cuda.synchronize()
                     rows.append({"workload": workload, "method": METHODS[key][0], "repeat": rep,
                                  "seconds": time.perf_counter() - start})
+                note(f"{cfg.stage}: {workload} {METHODS[key][0]} timed")
     finally:
         torch.set_num_threads(previous)
     return pd.DataFrame(rows)
