@@ -31,15 +31,42 @@ def environment() -> dict:
             "machine": platform.machine(), "threads": torch.get_num_threads()}
 
 
+#: keys that describe how a run went rather than what it found: written to run.json, never to
+#: metrics.json, so re-running a stage on the same machine gives a byte-identical metrics.json and
+#: ``dvc metrics diff`` shows only real changes
+RUN_KEYS = ("runtime_s", "seconds", "environment", "config", "device")
+
+
+def split_run_keys(metrics: Mapping) -> tuple[dict, dict]:
+    """(results, run description): every RUN_KEYS entry, at any depth of nested dicts, moves to the
+    second dict under its dotted path (``tasks.femnist.seconds``)."""
+    moved: dict = {}
+
+    def strip(obj, prefix: str):
+        if not isinstance(obj, Mapping):
+            return obj
+        kept = {}
+        for k, v in obj.items():
+            path = f"{prefix}.{k}" if prefix else str(k)
+            if k in RUN_KEYS:
+                moved[path] = v
+            else:
+                kept[k] = strip(v, path)
+        return kept
+
+    return strip(metrics, ""), moved
+
+
 def write_stage(results_dir: str, metrics: Mapping, history: pd.DataFrame | None = None,
                 run_info: Mapping | None = None, **tables: pd.DataFrame) -> None:
-    """Write metrics.json (numbers for `dvc metrics`), run.json (config, data, environment),
-    history.csv and any named tables (``curves_accuracy=df`` -> curves_accuracy.csv)."""
+    """Write metrics.json (the results, for `dvc metrics`), run.json (config, data, environment,
+    runtimes: everything :func:`split_run_keys` moves out of ``metrics``), history.csv and any named
+    tables (``curves_accuracy=df`` -> curves_accuracy.csv)."""
     out = resolve(results_dir)
-    if run_info is not None:
-        write_json(out / "run.json", dict(run_info))
+    results, described = split_run_keys(metrics)
+    write_json(out / "run.json", {**dict(run_info or {}), **described})
     if history is not None:
         write_csv(out / "history.csv", history)
     for name, frame in tables.items():
         write_csv(out / f"{name}.csv", frame)
-    write_json(out / "metrics.json", dict(metrics))
+    write_json(out / "metrics.json", results)
