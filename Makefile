@@ -1,6 +1,8 @@
 # The two commands a researcher needs:
 #   make reproduce   set up .venv if missing, fetch offline data, run the whole DVC pipeline
-#   make test        set up .venv if missing, run unit + integration tests and nbval on notebooks/
+#   make test        set up .venv if missing, run every notebook (nbval), the smoke-result regression,
+#                    unit and integration tests
+# Torch threads follow OMP_NUM_THREADS (params.yaml `threads: auto`): OMP_NUM_THREADS=2 make test.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -11,7 +13,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 NBVAL := --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: reproduce test setup kernel data notebooks bench validate clean
+.PHONY: reproduce test test-notebooks check-lock setup kernel data notebooks bench validate clean
 
 # torch==2.13.0 first: the CPU build this workplace serves locally (a bare `torch` pulls CUDA wheels)
 $(STAMP): pyproject.toml
@@ -35,15 +37,26 @@ validate: setup
 reproduce: setup data validate
 	dvc repro
 
+# notebooks first: nbval executes each one with its smoke defaults, writing build/smoke/<stage>/, which
+# tests/regression then compares with the expected values within measured tolerances
 test: setup data
-	$(PY) -m pytest tests notebooks $(NBVAL)
+	$(PY) -m pytest notebooks tests $(NBVAL)
+
+# the notebook regression alone (nbval + smoke results); .ci/run repeats it with 2 threads
+test-notebooks: setup data
+	$(PY) -m pytest notebooks tests/regression $(NBVAL)
 
 # rebuild every notebook from its py:percent twin and store its smoke outputs (nbval references)
 notebooks: setup
 	$(PY) -m pflkit notebooks refresh
 
+# dvc.lock must record the code and params of the tree (re-run changed stages before committing)
+check-lock: setup
+	$(PY) scripts/check_dvc_lock.py
+
 bench: setup
 	$(PY) benchmarks/speed.py --threads 1,2
+	$(PY) benchmarks/threads.py
 
 clean:
 	rm -rf build .pytest_cache

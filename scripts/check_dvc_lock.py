@@ -1,0 +1,61 @@
+"""dvc.lock records what produced the results: fail when it no longer matches the tree.
+
+    python scripts/check_dvc_lock.py        (make check-lock; .ci/run runs it)
+
+Runs ``dvc status --json`` and reports every stage whose recorded command, dependencies (the notebook
+twin, src/pflkit) or params differ from the tree. Outputs are not checked (a fresh clone has none, they
+live in DVC's cache). The fix: re-run the affected stages (``dvc repro``) and commit dvc.lock with the
+change that caused it.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def stale_stages(status: dict) -> dict[str, list[str]]:
+    """stage -> what changed (deps, params, command), from ``dvc status --json``; outputs ignored."""
+    stale = {}
+    for stage, entries in status.items():
+        what = []
+        for entry in entries if isinstance(entries, list) else [entries]:
+            if isinstance(entry, str):  # "changed checksum", "always changed"
+                what.append(entry)
+                continue
+            for kind, changes in entry.items():
+                if kind == "changed outs":
+                    continue
+                if isinstance(changes, dict):
+                    what += [f"{kind}: {k} ({v if isinstance(v, str) else ', '.join(f'{p} {s}' for p, s in v.items())})"
+                             for k, v in changes.items()]
+                else:
+                    what.append(f"{kind}: {changes}")
+        if what:
+            stale[stage.split(":")[-1]] = what
+    return stale
+
+
+def main() -> int:
+    dvc = shutil.which("dvc") or str(Path(sys.executable).with_name("dvc"))
+    out = subprocess.run([dvc, "status", "--json"], cwd=ROOT, capture_output=True, text=True)
+    if out.returncode != 0:
+        print(f"dvc status failed:\n{out.stderr}", file=sys.stderr)
+        return 2
+    stale = stale_stages(json.loads(out.stdout or "{}"))
+    if stale:
+        print("dvc.lock is out of date with the tree: these stages' recorded code or params differ "
+              "(run `dvc repro` and commit dvc.lock):", file=sys.stderr)
+        for stage, what in stale.items():
+            print(f"  {stage}: " + "; ".join(what), file=sys.stderr)
+        return 1
+    print("dvc.lock matches the tree: every stage's command, code and params are the ones recorded")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
