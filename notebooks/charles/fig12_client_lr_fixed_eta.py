@@ -47,6 +47,7 @@ tune_window = 1
 diverge_factor = 2.0
 seed = 0
 device = "cpu"
+threads = "auto"  # torch CPU threads: auto = $OMP_NUM_THREADS if set, else 1
 results_dir = "build/smoke/charles_fig12"
 figures_dir = "build/smoke/figures/charles"
 
@@ -64,7 +65,7 @@ print(result.describe())
 # diverged settings excluded (the regression reference), then the diverged settings.
 
 # %%
-# NBVAL_CHECK_OUTPUT
+# trained float32 results: tests/regression compares them within measured tolerances
 report.print_table(result.table)
 print("diverged:", [(d["task"], d["gamma"]) for d in result.metrics["diverged"]])
 

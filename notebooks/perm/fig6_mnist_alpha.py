@@ -35,6 +35,7 @@ lr = 0.05
 lam = 2000.0
 seed = 0
 device = "cpu"
+threads = "auto"  # torch CPU threads: auto = $OMP_NUM_THREADS if set, else 1
 results_dir = "build/smoke/perm_fig6"
 figures_dir = "build/smoke/figures/perm"
 
@@ -50,7 +51,7 @@ panels, data_record = experiment.fig6(cfg)
 print(data_record)
 
 # %%
-# NBVAL_CHECK_OUTPUT
+# trained float32 results: tests/regression compares them within measured tolerances
 table = pd.DataFrame({name: p.summary for name, p in panels.items()}).T
 report.print_table(table)
 

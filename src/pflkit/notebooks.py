@@ -43,6 +43,9 @@ def twin_of(notebook: Path) -> Path:
 
 
 KERNELSPEC = {"name": KERNEL, "display_name": "Python (pflkit)", "language": "python"}
+#: the pairing, and no jupytext version stamp in the twin (as jupytext.toml says), so saving in
+#: JupyterLab leaves the twin byte-identical
+JUPYTEXT_METADATA = {"formats": "ipynb,py:percent", "notebook_metadata_filter": "-jupytext.text_representation"}
 
 
 def notebook_from_twin(py_path: str | Path, text: str | None = None):
@@ -56,7 +59,7 @@ def notebook_from_twin(py_path: str | Path, text: str | None = None):
         raise ValueError(f"expected the py:percent twin (.py), got {py_path}")
     nb = jupytext.read(py_path) if text is None else jupytext.reads(text, fmt="py")
     nb.metadata["kernelspec"] = dict(KERNELSPEC)
-    nb.metadata["jupytext"] = {"formats": "ipynb,py:percent"}
+    nb.metadata["jupytext"] = dict(JUPYTEXT_METADATA)
     return nb
 
 

@@ -1,5 +1,7 @@
 """Notebook hygiene: every notebook has its py:percent twin in step, stored smoke outputs for nbval,
-a compared metric table, a parameters cell, and a DVC stage that depends on the twin."""
+a regression reference (a metric table nbval compares exactly, or expected smoke results that
+tests/regression compares within measured tolerances), a parameters cell, clean stored outputs, and a
+DVC stage that depends on the twin."""
 from pathlib import Path
 
 import nbformat
@@ -23,10 +25,24 @@ def test_notebook_is_ready_for_nbval_and_papermill(path):
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert any("parameters" in c.metadata.get("tags", []) for c in code), "no cell tagged parameters"
     checked = [c for c in code if c.source.startswith("# NBVAL_CHECK_OUTPUT")]
-    assert checked and all(c.outputs for c in checked), "no stored metric table for nbval to compare"
+    assert all(c.outputs for c in checked), "a cell nbval compares has no stored output"
+    stage = next(line.split('"')[1] for c in code for line in c.source.splitlines() if line.startswith("stage = "))
+    expected = ROOT / "tests" / "regression" / "expected" / stage
+    assert checked or expected.is_dir(), "no regression reference: neither an nbval-compared cell nor expected values"
     assert not any(o.get("output_type") == "error" for c in code for o in c.outputs)
     twin = str(path.with_suffix(".py").relative_to(ROOT))
     users = [name for name, s in STAGES.items() if twin in s.get("deps", [])]
     assert users, f"no dvc stage depends on {twin}"
     for name in users:
         assert str(path.relative_to(ROOT)) in STAGES[name]["cmd"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_stored_outputs_are_clean(path):
+    """No empty or whitespace-only stderr output, no kernel transport warning in any stored notebook."""
+    nb = nbformat.read(path, as_version=4)
+    for n, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        for out in cell.outputs:
+            text = out.get("text", "") if out.get("output_type") == "stream" else ""
+            assert not (out.get("name") == "stderr" and not text.strip()), f"code cell {n}: empty stderr output"
+            assert "without encryption" not in text, f"code cell {n}: kernel transport warning stored"
