@@ -113,7 +113,7 @@ class StageConfig(BaseModel):
 #: threads used by ``threads: auto`` when OMP_NUM_THREADS is not set. One thread, by measurement
 #: (benchmarks/threads.py, results in benchmarks/results/threads.json): the stages run thousands of
 #: small batched ops, where a second OpenMP thread gains little on a quiet machine and, when another
-#: process keeps the other core busy, spin-waits turn a 35 s stage into minutes.
+#: process keeps the other core busy, threads waiting on it slow a stage several-fold.
 DEFAULT_THREADS = 1
 
 
