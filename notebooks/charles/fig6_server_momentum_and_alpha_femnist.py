@@ -48,7 +48,7 @@ tune_window = 1
 diverge_factor = 2.0
 seed = 0
 device = "cpu"
-threads = "auto"  # torch CPU threads: auto = $OMP_NUM_THREADS if set, else 1
+threads = "auto"  # torch CPU threads; auto means $OMP_NUM_THREADS if set, else 1
 results_dir = "build/smoke/charles_fig6"
 figures_dir = "build/smoke/figures/charles"
 

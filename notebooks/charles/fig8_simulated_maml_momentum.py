@@ -28,7 +28,7 @@ k_min = 1.0
 k_max = 1e6
 num_k = 60
 device = "cpu"
-threads = "auto"  # torch CPU threads: auto = $OMP_NUM_THREADS if set, else 1
+threads = "auto"  # torch CPU threads; auto means $OMP_NUM_THREADS if set, else 1
 results_dir = "build/smoke/charles_fig8"
 figures_dir = "build/smoke/figures/charles"
 

@@ -33,7 +33,7 @@ rounds = 200
 table2_L = 100.0
 seed = 0
 device = "cpu"
-threads = "auto"  # torch CPU threads: auto = $OMP_NUM_THREADS if set, else 1
+threads = "auto"  # torch CPU threads; auto means $OMP_NUM_THREADS if set, else 1
 results_dir = "build/smoke/charles_theory"
 figures_dir = "build/smoke/figures/charles"
 

@@ -40,7 +40,7 @@ check_steps = 100
 sigma = 1.0
 seed = 0
 device = "cpu"
-threads = "auto"  # torch CPU threads: auto = $OMP_NUM_THREADS if set, else 1
+threads = "auto"  # torch CPU threads; auto means $OMP_NUM_THREADS if set, else 1
 results_dir = "build/smoke/chayti_fig1"
 figures_dir = "build/smoke/figures/chayti"
 

@@ -45,7 +45,7 @@ eta_grid = [0.003, 0.01, 0.03]
 tuning_runs = 20
 panels = [{"label": "x0: 5, BC eta: 0.003, b: 0.001", "x0": 5.0, "eta_bc": 0.003, "b": 0.001}, {"label": "restored defaults (x0: 1, BC eta: 0.01, b: 0.01)", "x0": 1.0, "eta_bc": 0.01, "b": 0.01}]
 device = "cpu"
-threads = "auto"  # torch CPU threads: auto = $OMP_NUM_THREADS if set, else 1
+threads = "auto"  # torch CPU threads; auto means $OMP_NUM_THREADS if set, else 1
 results_dir = "build/smoke/chayti_fig2"
 figures_dir = "build/smoke/figures/chayti"
 

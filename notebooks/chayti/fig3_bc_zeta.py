@@ -37,7 +37,7 @@ a = 0.9
 b = 0.02
 zetas = [1.0, 10.0]
 device = "cpu"
-threads = "auto"  # torch CPU threads: auto = $OMP_NUM_THREADS if set, else 1
+threads = "auto"  # torch CPU threads; auto means $OMP_NUM_THREADS if set, else 1
 results_dir = "build/smoke/chayti_fig3"
 figures_dir = "build/smoke/figures/chayti"
 

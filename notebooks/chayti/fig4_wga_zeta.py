@@ -35,7 +35,7 @@ eta = 0.02
 a = 0.5
 zetas = [0.1, 1.0, 10.0]
 device = "cpu"
-threads = "auto"  # torch CPU threads: auto = $OMP_NUM_THREADS if set, else 1
+threads = "auto"  # torch CPU threads; auto means $OMP_NUM_THREADS if set, else 1
 results_dir = "build/smoke/chayti_fig4"
 figures_dir = "build/smoke/figures/chayti"
 

@@ -31,7 +31,7 @@ optimum_steps = 400
 checkpoints = [1, 3, 10, 30, 100]
 seeds = [0]
 device = "cpu"
-threads = "auto"  # torch CPU threads: auto = $OMP_NUM_THREADS if set, else 1
+threads = "auto"  # torch CPU threads; auto means $OMP_NUM_THREADS if set, else 1
 results_dir = "build/smoke/perm_alpha_convergence"
 figures_dir = "build/smoke/figures/perm"
 

@@ -45,7 +45,7 @@ perm = {"lam": 300.0, "alpha_solver": "gd", "alpha_steps": 50, "global_lr": 0.5,
 perfedavg = {"alpha": 0.02}
 pfedme = {"personal_lr": 0.01, "lam": 20.0, "inner_steps": 5, "beta": 1.0}
 device = "cpu"
-threads = "auto"  # torch CPU threads: auto = $OMP_NUM_THREADS if set, else 1
+threads = "auto"  # torch CPU threads; auto means $OMP_NUM_THREADS if set, else 1
 results_dir = "build/smoke/perm_fig1"
 figures_dir = "build/smoke/figures/perm"
 

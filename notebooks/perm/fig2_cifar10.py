@@ -41,7 +41,7 @@ perm = {"lam": 30000.0, "alpha_solver": "exact", "warmup_rounds": 2, "alpha_init
 perfedavg = {"alpha": 0.02}
 pfedme = {"personal_lr": 0.02, "lam": 15.0, "inner_steps": 5, "beta": 1.0}  # 0.05 (params.yaml) is chaotic at this tiny scale: other CPUs moved pFedMe by 7 points
 device = "cpu"
-threads = "auto"  # torch CPU threads: auto = $OMP_NUM_THREADS if set, else 1
+threads = "auto"  # torch CPU threads; auto means $OMP_NUM_THREADS if set, else 1
 results_dir = "build/smoke/perm_fig2"
 figures_dir = "build/smoke/figures/perm"
 

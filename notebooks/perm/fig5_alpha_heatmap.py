@@ -22,7 +22,7 @@
 stage = "perm_fig5"
 alpha_file = "build/smoke/perm_fig4/alpha.npz"
 device = "cpu"
-threads = "auto"  # torch CPU threads: auto = $OMP_NUM_THREADS if set, else 1
+threads = "auto"  # torch CPU threads; auto means $OMP_NUM_THREADS if set, else 1
 results_dir = "build/smoke/perm_fig5"
 figures_dir = "build/smoke/figures/perm"
 

@@ -35,7 +35,7 @@ lr = 0.05
 lam = 2000.0
 seed = 0
 device = "cpu"
-threads = "auto"  # torch CPU threads: auto = $OMP_NUM_THREADS if set, else 1
+threads = "auto"  # torch CPU threads; auto means $OMP_NUM_THREADS if set, else 1
 results_dir = "build/smoke/perm_fig6"
 figures_dir = "build/smoke/figures/perm"
 

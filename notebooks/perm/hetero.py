@@ -60,7 +60,7 @@ perm = {"lam": 30000.0, "alpha_solver": "exact", "warmup_rounds": 2, "alpha_init
         "global_lr": 0.05, "extraction": "static", "complexity": 0.0, "discrepancy": "shared"}
 claim = {"tolerance": 0.01}
 device = "cpu"
-threads = "auto"  # torch CPU threads: auto = $OMP_NUM_THREADS if set, else 1
+threads = "auto"  # torch CPU threads; auto means $OMP_NUM_THREADS if set, else 1
 results_dir = "build/smoke/perm_hetero"
 figures_dir = "build/smoke/figures/perm"
 

@@ -46,3 +46,16 @@ def test_stored_outputs_are_clean(path):
             text = out.get("text", "") if out.get("output_type") == "stream" else ""
             assert not (out.get("name") == "stderr" and not text.strip()), f"code cell {n}: empty stderr output"
             assert "without encryption" not in text, f"code cell {n}: kernel transport warning stored"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_papermill_parses_every_parameter(path):
+    """papermill reads the parameters cell to match injected values; a line it cannot parse (e.g. a
+    comment holding '=') makes every stage run warn 'Passed unknown parameter'."""
+    from papermill.translators import PythonTranslator
+
+    nb = nbformat.read(path, as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    assigned = [line.split("=")[0].strip() for line in cell.source.splitlines()
+                if line[:1].isalpha() and "=" in line.split("#")[0]]
+    assert [p.name for p in PythonTranslator.inspect(cell)] == assigned
