@@ -3,9 +3,9 @@
     python scripts/check_dvc_lock.py        (make check-lock; .ci/run runs it)
 
 Runs ``dvc status --json`` and reports every stage whose recorded command, dependencies (the notebook
-twin, src/pflkit) or params differ from the tree. Outputs are not checked (a fresh clone has none, they
-live in DVC's cache). The fix: re-run the affected stages (``dvc repro``) and commit dvc.lock with the
-change that caused it.
+twin, src/pflkit) or params differ from the tree. Outputs are not checked, nor dependencies that are
+another stage's outputs (a fresh clone has none: they live in DVC's cache). The fix: re-run the
+affected stages (``dvc repro``) and commit dvc.lock with the change that caused it.
 """
 from __future__ import annotations
 
@@ -18,8 +18,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def stale_stages(status: dict) -> dict[str, list[str]]:
-    """stage -> what changed (deps, params, command), from ``dvc status --json``; outputs ignored."""
+def stage_outputs(dvc_yaml: Path = ROOT / "dvc.yaml") -> set[str]:
+    """Every path a stage declares as an output (outs, metrics, plots)."""
+    import yaml
+    paths = set()
+    for spec in (yaml.safe_load(dvc_yaml.read_text()) or {}).get("stages", {}).values():
+        for key in ("outs", "metrics", "plots"):
+            for entry in spec.get(key, []) or []:
+                paths.add(entry if isinstance(entry, str) else next(iter(entry)))
+    return paths
+
+
+def stale_stages(status: dict, produced: set[str] = frozenset()) -> dict[str, list[str]]:
+    """stage -> what changed (deps, params, command), from ``dvc status --json``. Outputs are ignored,
+    and so are dependencies that another stage ``produced`` (in DVC's cache, absent from a fresh
+    clone, not code)."""
     stale = {}
     for stage, entries in status.items():
         what = []
@@ -32,7 +45,7 @@ def stale_stages(status: dict) -> dict[str, list[str]]:
                     continue
                 if isinstance(changes, dict):
                     what += [f"{kind}: {k} ({v if isinstance(v, str) else ', '.join(f'{p} {s}' for p, s in v.items())})"
-                             for k, v in changes.items()]
+                             for k, v in changes.items() if not (kind == "changed deps" and k in produced)]
                 else:
                     what.append(f"{kind}: {changes}")
         if what:
@@ -46,7 +59,7 @@ def main() -> int:
     if out.returncode != 0:
         print(f"dvc status failed:\n{out.stderr}", file=sys.stderr)
         return 2
-    stale = stale_stages(json.loads(out.stdout or "{}"))
+    stale = stale_stages(json.loads(out.stdout or "{}"), stage_outputs())
     if stale:
         print("dvc.lock is out of date with the tree: these stages' recorded code or params differ "
               "(run `dvc repro` and commit dvc.lock):", file=sys.stderr)
