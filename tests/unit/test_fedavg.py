@@ -99,7 +99,7 @@ def test_localized_fedavg_beats_fedavg_on_synthetic():
     (dict(local_steps=0, lr=0.1, batch_size=2), "local_steps must be an integer > 0"),
     (dict(local_steps=1, lr=-1.0, batch_size=2), "lr must be a number > 0"),
     (dict(local_steps=1, lr=0.1, batch_size=0), "batch_size must be an integer > 0"),
-    (dict(local_steps=1, lr=0.1, batch_size=2, client_fraction=1.5), r"client_fraction must be a fraction in \(0, 1\]"),
+    (dict(local_steps=1, lr=0.1, batch_size=2, clients_per_round=1.5), r"clients_per_round must be an integer > 0, got 1.5"),
     (dict(local_steps=1, lr=0.1, batch_size=2, weighting="median"), "weighting must be"),
 ])
 def test_bad_hyperparameters_are_rejected(kwargs, match):
@@ -109,7 +109,7 @@ def test_bad_hyperparameters_are_rejected(kwargs, match):
 
 def test_partial_participation_is_seeded(mixed):
     model = FunctionalModel(lambda: logistic((6,), 3))
-    algo = FedAvg(model, local_steps=2, lr=0.1, batch_size=3, client_fraction=0.4)
+    algo = FedAvg(model, local_steps=2, lr=0.1, batch_size=3, clients_per_round=2)
     a, b = algo.init(mixed, 9), algo.init(mixed, 9)
     assert torch.equal(algo.participants(a), algo.participants(b))
     assert len(algo.participants(a)) == 2

@@ -80,7 +80,7 @@ def test_server_opt_matches_textbook_iterations(kind):
     state = opt.init(x)
     got = [x["x"]]
     for _ in range(15):
-        x = ServerOpt.step(state, ["x"], {"x": grad(x["x"])})
+        x, state = opt.step(x, {"x": grad(x["x"])}, state)
         got.append(x["x"])
     want = ref.server_steps(kind, got[0], grad, 0.1, 0.0 if kind == "gd" else 0.6, 15)
     assert torch.allclose(torch.stack(got), torch.stack(want), atol=1e-12)
@@ -90,7 +90,7 @@ def test_server_adam_first_step_is_signed_step():
     opt = ServerOpt("adam", 0.05)
     x = {"x": torch.tensor([1.0, -1.0, 3.0])}
     q = {"x": torch.tensor([2.0, -0.5, 1e-3])}
-    new = ServerOpt.step(opt.init(x), ["x"], q)
+    new, _ = opt.step(x, q, opt.init(x))
     assert torch.allclose(new["x"], x["x"] - 0.05 * torch.sign(q["x"]), atol=1e-4)
 
 
@@ -149,7 +149,7 @@ def test_preset_fedsgd_sums_gradients_at_the_broadcast_point():
 def test_preset_fedavg_with_server_lr_gamma_is_model_averaging():
     data, model = tiny_data(num_clients=4), tiny_model()
     algo = fedavg(model, steps=3, gamma=0.2, batch_size=2, clients_per_round=2)
-    plain = FedAvg(model, local_steps=3, lr=0.2, batch_size=2, client_fraction=0.5)
+    plain = FedAvg(model, local_steps=3, lr=0.2, batch_size=2, clients_per_round=2)
     s, p = algo.init(data, 8), plain.init(data, 8)
     x0 = {k: v.clone() for k, v in s.x.items()}
     for _ in range(3):
@@ -228,3 +228,85 @@ def test_theta_helpers():
     for th in (t, theta_K(4), theta_1_to_K(5)):
         explicit = sum(w * (1 - s) ** k for k, w in enumerate(th.weights.tolist()))
         assert torch.allclose(th.poly(s), explicit, atol=1e-12)
+
+
+# ------------------------------------------------------------------ the round's parts, composed
+@pytest.mark.parametrize("kind, momentum", [("gd", 0.0), ("heavy_ball", 0.6), ("nesterov", 0.6), ("adam", 0.0)])
+def test_server_opt_equals_torch_optim(kind, momentum):
+    """ServerOpt's tensor-state rules are torch.optim's SGD / Adam: same iterates on a float64
+    quadratic (equal to 1e-12 relative: only the order of float operations may differ)."""
+    A = torch.tensor([[3.0, 1.0], [1.0, 2.0]], dtype=torch.float64)
+    opt = ServerOpt(kind, 0.05, momentum)
+    x = {"x": torch.tensor([1.0, -2.0], dtype=torch.float64)}
+    leaf = x["x"].clone().requires_grad_(False)
+    torch_opt = (torch.optim.Adam([leaf], lr=0.05) if kind == "adam" else
+                 torch.optim.SGD([leaf], lr=0.05, momentum=momentum, nesterov=kind == "nesterov"))
+    state = opt.init(x)
+    for _ in range(20):
+        x, state = opt.step(x, {"x": A @ x["x"]}, state)
+        leaf.grad = A @ leaf.detach()
+        torch_opt.step()
+        assert torch.allclose(x["x"], leaf.detach(), rtol=1e-12, atol=1e-14)
+    assert state["step"] == 20 and (x["x"] - torch.tensor([1.0, -2.0], dtype=torch.float64)).norm() > 0.1
+
+
+def test_a_new_method_is_a_few_lines_of_configuration():
+    """FedAvg with a server Adam (FedAdam, Reddi et al.) composed from existing parts: one small class.
+    Checked against a plain loop: each sampled client runs K SGD steps from x and sends sum_k g_k
+    (Theta_{1:K}), q is their mean, then one textbook Adam step (float32: to 1e-6)."""
+    class FedAdam(LocalUpdate):
+        name = "FedAdam"
+
+        def __init__(self, model, *, steps, gamma, lr, batch_size, clients_per_round=None):
+            super().__init__(model, theta=theta_1_to_K(steps), gamma=gamma, batch_size=batch_size,
+                             clients_per_round=clients_per_round, server_opt=ServerOpt("adam", lr))
+
+    data, model = tiny_data(num_clients=4), tiny_model()
+    algo = FedAdam(model, steps=3, gamma=0.1, lr=0.01, batch_size=2, clients_per_round=2)
+    s = algo.init(data, seed=4)
+    x0 = {k: v.clone() for k, v in s.x.items()}
+    s = algo.round(s)
+    clients, rows = draws(4, data, 2, 3, 2)
+    q = ref.local_update_pseudo_gradient(model.loss, x0, data, clients.tolist(), rows, alpha=0.0, gamma=0.1,
+                                         theta=[1.0, 1.0, 1.0])
+    # Adam's first step from zero moments: m = (1 - b1) q, v = (1 - b2) q^2, bias-corrected to q and q^2
+    want = {k: x0[k] - 0.01 * q[k] / (q[k].abs() + 1e-8) for k in x0}
+    close(s.x, want, atol=1e-6)
+    assert s.server["step"] == 1
+
+
+def test_client_update_for_one_client_equals_its_result_inside_the_batch():
+    """The seam a federated engine calls: a client's update computed alone equals the same client's
+    update inside the batched call, given the draws it sees (float32: equal to 1e-6 relative, batched
+    and single matmuls may round differently)."""
+    from pflkit.algorithms.round import client_update
+    data, model = tiny_data(num_clients=3), tiny_model()
+    x = model.init(2)
+    clients = torch.tensor([0, 1, 2])
+    start = {k: v.unsqueeze(0).expand(3, *v.shape).clone() for k, v in x.items()}
+    kw = dict(theta=torch.tensor([1.0, 0.5, 2.0]), gamma=0.1, alpha=0.2, batch_size=None)
+    batched = client_update(model, start, data, clients, generator=torch.Generator().manual_seed(0), **kw)
+    for j in range(3):
+        alone = client_update(model, {k: v[j:j + 1] for k, v in start.items()}, data, clients[j:j + 1],
+                              generator=torch.Generator().manual_seed(0), **kw)
+        close({k: v[0] for k, v in alone.items()}, {k: v[j] for k, v in batched.items()}, atol=1e-6)
+
+
+def test_local_update_state_is_checkpointable_and_resumes_the_same_run(tmp_path):
+    """LocalUpdate's state (server momentum included) is tensors and plain values: a checkpointed run
+    resumed halfway gives the same iterates as one uninterrupted run (exactly)."""
+    from pflkit.io import state_from_payload, state_to_payload
+    data, model = tiny_data(num_clients=4), tiny_model()
+    algo = LocalUpdate(model, theta=theta_1_to_K(2), gamma=0.1, batch_size=2, clients_per_round=2,
+                       server_opt=ServerOpt("nesterov", 0.5, 0.9))
+    s = algo.init(data, seed=1)
+    for _ in range(3):
+        s = algo.round(s)
+    payload = state_to_payload(s)
+    torch.save(payload, tmp_path / "s.pt")
+    resumed = state_from_payload(algo.init(data, seed=1), torch.load(tmp_path / "s.pt", weights_only=True))
+    for _ in range(3):
+        s, resumed = algo.round(s), algo.round(resumed)
+    for k in s.x:
+        assert torch.equal(s.x[k], resumed.x[k])
+    assert resumed.server["step"] == 6

@@ -29,21 +29,21 @@ def _clone(gen: torch.Generator) -> torch.Generator:
 
 
 @pytest.mark.parametrize("arch", ["logistic", "mlp"])
-@pytest.mark.parametrize("variant, hvp, fraction, weighting", [
-    ("fo", "finite_difference", 1.0, "uniform"),
-    ("hf", "finite_difference", 0.6, "samples"),
-    ("hf", "exact", 1.0, "uniform"),
+@pytest.mark.parametrize("variant, hvp, per_round, weighting", [
+    ("fo", "finite_difference", None, "uniform"),
+    ("hf", "finite_difference", 3, "samples"),
+    ("hf", "exact", None, "uniform"),
 ])
-def test_perfedavg_equals_reference(mixed, arch, variant, hvp, fraction, weighting):
+def test_perfedavg_equals_reference(mixed, arch, variant, hvp, per_round, weighting):
     factory = FACTORIES[arch]
     algo = PerFedAvg(FunctionalModel(factory), alpha=0.3, beta=0.2, local_steps=3, batch_size=4,
-                     variant=variant, hvp=hvp, client_fraction=fraction, weighting=weighting)
+                     variant=variant, hvp=hvp, clients_per_round=per_round, weighting=weighting)
     s = algo.init(mixed, seed=4)
     w0 = s.w
     for _ in range(3):
         s = algo.round(s)
     want = ref.perfedavg(factory, w0, mixed, rounds=3, tau=3, alpha=0.3, beta=0.2, batch_size=4, seed=4,
-                         variant=variant, hvp=hvp, client_fraction=fraction, weighting=weighting)[-1]
+                         variant=variant, hvp=hvp, clients_per_round=per_round, weighting=weighting)[-1]
     _close(s.w, want)
     assert max(float((s.w[k] - w0[k]).abs().max()) for k in w0) > 1e-2  # training moved the model
     personal = algo.personalized(s)
@@ -133,7 +133,7 @@ def test_personalization_beats_the_global_model():
 def test_same_seed_same_states_and_evaluation_leaves_training_alone(mixed, variant):
     model = FunctionalModel(FACTORIES["mlp"])
     algo = PerFedAvg(model, alpha=0.2, beta=0.1, local_steps=2, batch_size=3, variant=variant,
-                     client_fraction=0.6)
+                     clients_per_round=3)
     a, b = algo.init(mixed, 7), algo.init(mixed, 7)
     a = algo.round(a)
     pa = algo.personalized(a)
@@ -154,7 +154,7 @@ def test_same_seed_same_states_and_evaluation_leaves_training_alone(mixed, varia
     (dict(variant="so"), r"variant must be one of \('fo', 'hf'\), got 'so'"),
     (dict(hvp="adjoint"), "hvp must be one of"),
     (dict(delta=0), "delta must be a number > 0, got 0"),
-    (dict(client_fraction=0.0), r"client_fraction must be a fraction in \(0, 1\], got 0.0"),
+    (dict(clients_per_round=0), r"clients_per_round must be an integer > 0, got 0"),
     (dict(weighting="median"), "weighting must be"),
 ])
 def test_bad_hyperparameters_are_rejected(kwargs, match):

@@ -28,15 +28,15 @@ def _clone(gen: torch.Generator) -> torch.Generator:
 
 
 @pytest.mark.parametrize("arch", ["logistic", "mlp"])
-@pytest.mark.parametrize("beta, fraction, weighting", [(1.0, 1.0, "uniform"), (2.0, 0.6, "samples")])
-def test_pfedme_equals_reference(mixed, arch, beta, fraction, weighting):
+@pytest.mark.parametrize("beta, per_round, weighting", [(1.0, None, "uniform"), (2.0, 3, "samples")])
+def test_pfedme_equals_reference(mixed, arch, beta, per_round, weighting):
     factory = FACTORIES[arch]
-    algo = PFedMe(FunctionalModel(factory), beta=beta, client_fraction=fraction, weighting=weighting, **HP)
+    algo = PFedMe(FunctionalModel(factory), beta=beta, clients_per_round=per_round, weighting=weighting, **HP)
     s = algo.init(mixed, seed=3)
     w0 = s.w
     for _ in range(3):
         s = algo.round(s)
-    want = ref.pfedme(factory, w0, mixed, rounds=3, seed=3, beta=beta, client_fraction=fraction,
+    want = ref.pfedme(factory, w0, mixed, rounds=3, seed=3, beta=beta, clients_per_round=per_round,
                       weighting=weighting, **HP)[-1]
     _close(s.w, want)
     assert max(float((s.w[k] - w0[k]).abs().max()) for k in w0) > 1e-2  # training moved the model
@@ -107,7 +107,7 @@ def test_personalization_beats_the_global_model():
 
 
 def test_same_seed_same_states_and_evaluation_leaves_training_alone(mixed):
-    algo = PFedMe(FunctionalModel(FACTORIES["mlp"]), beta=2.0, client_fraction=0.6, **HP)
+    algo = PFedMe(FunctionalModel(FACTORIES["mlp"]), beta=2.0, clients_per_round=3, **HP)
     a, b = algo.init(mixed, 7), algo.init(mixed, 7)
     a = algo.round(a)
     _close(algo.personalized(a), algo.personalized(a), tol=0)
@@ -127,7 +127,7 @@ def test_same_seed_same_states_and_evaluation_leaves_training_alone(mixed):
     (dict(local_steps=-3), "local_steps must be an integer > 0, got -3"),
     (dict(batch_size=None), "batch_size must be an integer > 0"),
     (dict(beta=0.0), "beta must be a number > 0, got 0.0"),
-    (dict(client_fraction=2), r"client_fraction must be a fraction in \(0, 1\], got 2"),
+    (dict(clients_per_round=2.5), r"clients_per_round must be an integer > 0, got 2.5"),
     (dict(weighting="max"), "weighting must be"),
 ])
 def test_bad_hyperparameters_are_rejected(kwargs, match):

@@ -8,8 +8,9 @@ import torch
 from ..data.federated import FederatedDataset
 from ..engine.functional import FunctionalModel
 from ..engine.local_sgd import local_sgd
-from ..engine.params import Params, broadcast, mean
-from .base import BaseState, check_batch_size, check_fraction, check_positive, eval_generator
+from ..engine.params import Params, broadcast
+from .base import BaseState, check_batch_size, check_positive, eval_generator
+from .round import WEIGHTINGS, aggregate, client_weights, sample_clients
 
 
 @dataclass
@@ -51,22 +52,24 @@ class FedAvgState(BaseState):
 class FedAvg:
     """Local SGD / FedAvg: broadcast w, K local SGD steps on each participating client, average.
 
-    ``weighting='uniform'`` averages with 1/M as in PERM's Alg. 3; ``'samples'`` weights by n_j
-    (McMahan et al.). ``radius`` projects w onto the l2 ball W after each round (Alg. 3's optional
-    projection; ``None`` = off). Its personalized model is the global model for every client.
+    ``clients_per_round`` clients take part in a round (None: all). ``weighting='uniform'`` averages
+    with 1/M as in PERM's Alg. 3; ``'samples'`` weights by n_j (McMahan et al.). ``radius`` projects w
+    onto the l2 ball W after each round (Alg. 3's optional projection; ``None`` = off). Its
+    personalized model is the global model for every client.
     """
 
     name = "FedAvg"
 
     def __init__(self, model: FunctionalModel, *, local_steps: int, lr: float, batch_size: int | None,
-                 client_fraction: float = 1.0, weighting: str = "uniform", radius: float | None = None):
+                 clients_per_round: int | None = None, weighting: str = "uniform", radius: float | None = None):
         self.model = model
         self.local_steps = check_positive("local_steps", local_steps, integer=True)
         self.lr = check_positive("lr", lr)
         self.batch_size = check_batch_size(batch_size)
-        self.client_fraction = check_fraction("client_fraction", client_fraction)
-        if weighting not in ("uniform", "samples"):
-            raise ValueError(f"weighting must be 'uniform' or 'samples', got {weighting!r}")
+        self.clients_per_round = None if clients_per_round is None else \
+            check_positive("clients_per_round", clients_per_round, integer=True)
+        if weighting not in WEIGHTINGS:
+            raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
         self.weighting = weighting
         self.radius = None if radius is None else check_positive("radius", radius)
 
@@ -74,20 +77,10 @@ class FedAvg:
         return FedAvgState(data, torch.Generator().manual_seed(seed), seed, 0, self.model.init(seed))
 
     def participants(self, s: FedAvgState) -> torch.Tensor:
-        n = s.data.num_clients
-        if self.client_fraction >= 1.0:
-            return torch.arange(n)
-        m = max(1, int(round(self.client_fraction * n)))
-        return torch.randperm(n, generator=s.generator)[:m].sort().values
+        return sample_clients(s.data.num_clients, self.clients_per_round, s.generator)
 
     def aggregate(self, s: FedAvgState, clients: torch.Tensor, local: Params) -> Params:
-        weights = s.data.train_sizes[clients].float() if self.weighting == "samples" else None
-        w = mean(local, weights)
-        if self.radius is not None:
-            norm = torch.sqrt(sum((v ** 2).sum() for v in w.values()))
-            if norm > self.radius:
-                w = {k: v * (self.radius / norm) for k, v in w.items()}
-        return w
+        return aggregate(local, client_weights(s.data, clients, self.weighting), self.radius)
 
     def round(self, s: FedAvgState) -> FedAvgState:
         clients = self.participants(s)

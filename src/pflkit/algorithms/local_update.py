@@ -5,8 +5,9 @@ from v_1 = x, returning sum_k theta_k g_k. ServerUpdate: sample M clients, avera
 q_t, x_{t+1} = ServerOpt(x_t, q_t). On quadratics E[ClientUpdate] = grad f~_i (Theorem 1).
 
 - ``LocalUpdate`` / ``MAML``: any engine model (FunctionalModel or ``data.quadratic.QuadraticModel``),
-  batched over clients by ``engine.local_sgd`` (client side) and a ``ServerOpt`` on Params.
-- ``ServerOpt``: gd, heavy_ball, nesterov (torch.optim.SGD) and adam (torch.optim.Adam, = FedAdam).
+  composed from the round's parts (``algorithms.round``): ``sample_clients`` -> ``client_update``
+  (``engine.local_sgd`` with Theta weights and a proximal term) -> ``aggregate`` -> ``ServerOpt``.
+- ``ServerOpt`` (``algorithms.server_opt``): gd, heavy_ball, nesterov and adam (= FedAdam), state as tensors.
 - Presets (Table 1, ServerOpt = GD unless given): ``minibatch_sgd``, ``lookahead``, ``fedsgd``,
   ``fedavg`` (= Reptile), ``fedprox`` (= MetaMinibatchProx), ``fomaml``, ``maml``.
 - ``QuadraticLocalUpdate``: the same algorithm on ``QuadraticClients`` as batched float64 matrix
@@ -22,73 +23,15 @@ from torch.func import grad, vmap
 
 from ..data.federated import FederatedDataset
 from ..data.quadratic_clients import QuadraticClients
-from ..engine.local_sgd import local_sgd
-from ..engine.params import Params, broadcast, mean
-from ..theory.surrogate import Theta, theta_1_to_K, theta_K, tuned_server
+from ..engine.params import Params, broadcast
+from ..theory.surrogate import Theta, theta_1_to_K, theta_K
 from .base import BaseState, check_positive
+from .round import aggregate, client_update, sample_clients
+from .server_opt import SERVER_KINDS, ServerOpt
 
-__all__ = ["ServerOpt", "LocalUpdate", "LocalUpdateState", "MAML", "QuadraticLocalUpdate",
+__all__ = ["ServerOpt", "SERVER_KINDS", "LocalUpdate", "LocalUpdateState", "MAML", "QuadraticLocalUpdate",
            "Theta", "theta_K", "theta_1_to_K", "sample_clients", "minibatch_sgd", "lookahead",
            "fedsgd", "fedavg", "fedprox", "fomaml", "maml", "maml_theta"]
-
-SERVER_KINDS = ("gd", "heavy_ball", "nesterov", "adam")
-
-
-# ---------------------------------------------------------------------------------- server side
-class ServerOpt:
-    """First-order server optimizer applied to the pseudo-gradient q_t (Alg. 1).
-
-    gd: x - lr q; heavy_ball: v = beta v + q, x - lr v (Polyak); nesterov: torch's Nesterov SGD, equal
-    to x_{t+1} = y_t - lr q(y_t), y_{t+1} = x_{t+1} + beta (x_{t+1} - x_t) with the gradient taken at
-    the stored point; adam: torch.optim.Adam (FedAdam). ``ServerOpt.tuned`` gives Table 2's settings.
-    """
-
-    def __init__(self, kind: str = "gd", lr: float = 1.0, momentum: float = 0.0,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
-        if kind not in SERVER_KINDS:
-            raise ValueError(f"ServerOpt kind must be one of {SERVER_KINDS}, got {kind!r}")
-        check_positive("lr", lr)
-        if kind in ("heavy_ball", "nesterov") and not 0 <= momentum < 1:
-            raise ValueError(f"momentum must be in [0, 1) for {kind}, got {momentum!r}")
-        if kind == "gd" and momentum:
-            raise ValueError(f"gd has no momentum (use heavy_ball or nesterov), got momentum={momentum!r}")
-        self.kind, self.lr, self.momentum, self.betas, self.eps = kind, float(lr), float(momentum), betas, eps
-
-    @classmethod
-    def tuned(cls, kind: str, mu_tilde: float, L_tilde: float) -> "ServerOpt":
-        """The step size / momentum attaining Table 2's rho for Hessian spectrum in [mu~, L~]."""
-        h = tuned_server(kind, mu_tilde, L_tilde)
-        return cls(h["kind"], h["lr"], h["momentum"])
-
-    def init(self, x: Params) -> torch.optim.Optimizer:
-        """A torch optimizer over leaf copies of x (its state is the server's momentum / moments)."""
-        leaves = [v.detach().clone() for v in x.values()]
-        if self.kind == "adam":
-            return torch.optim.Adam(leaves, lr=self.lr, betas=self.betas, eps=self.eps)
-        return torch.optim.SGD(leaves, lr=self.lr, momentum=self.momentum if self.kind != "gd" else 0.0,
-                               nesterov=self.kind == "nesterov" and self.momentum > 0)
-
-    @staticmethod
-    def step(opt: torch.optim.Optimizer, names: list[str], q: Params) -> Params:
-        """Apply pseudo-gradient q; returns the new server parameters (copies)."""
-        leaves = opt.param_groups[0]["params"]
-        for p, name in zip(leaves, names):
-            p.grad = q[name].detach().to(p.dtype)
-        opt.step()
-        return {name: p.detach().clone() for name, p in zip(names, leaves)}
-
-    def __repr__(self) -> str:
-        extra = f", momentum={self.momentum:g}" if self.kind in ("heavy_ball", "nesterov") else ""
-        return f"ServerOpt({self.kind}, lr={self.lr:g}{extra})"
-
-
-def sample_clients(num_clients: int, m: int | None, generator: torch.Generator) -> Tensor:
-    """M clients without replacement within a round (all when m is None or >= N), sorted; the same
-    draw as ``FedAvg.participants``."""
-    if m is None or m >= num_clients:
-        return torch.arange(num_clients)
-    return torch.randperm(num_clients, generator=generator)[:m].sort().values
-
 
 def _as_theta(theta) -> Theta:
     return theta if isinstance(theta, Theta) else Theta.of(theta)
@@ -109,7 +52,7 @@ def _check_common(alpha, gamma, batch_size, clients_per_round):
 @dataclass
 class LocalUpdateState(BaseState):
     x: Params  # the server model, no leading dim
-    server: torch.optim.Optimizer
+    server: dict  # ServerOpt state: a step count and tensors (momentum buffer or Adam moments)
 
 
 class LocalUpdate:
@@ -136,19 +79,14 @@ class LocalUpdate:
     def client_updates(self, x: Params, data: FederatedDataset, clients: Tensor,
                        generator: torch.Generator) -> Params:
         """ClientUpdate (Alg. 2) for each listed client at once: sum_k theta_k g_k, stacked [M, ..]."""
-        start = broadcast(x, len(clients))
-        _, _, q = local_sgd(self.model, start, data, clients, steps=self.theta.K, lr=self.gamma,
-                            batch_size=self.batch_size, generator=generator, prox=self.alpha,
-                            anchor=start if self.alpha else None,
-                            # [K, M] explicitly: a [K] vector is read as per-model when K == M
-                            grad_weights=self.theta.weights.float().unsqueeze(1).expand(self.theta.K, len(clients)))
-        return q
+        return client_update(self.model, broadcast(x, len(clients)), data, clients, theta=self.theta.weights,
+                             gamma=self.gamma, alpha=self.alpha, batch_size=self.batch_size, generator=generator)
 
     def round(self, s: LocalUpdateState) -> LocalUpdateState:
         clients = sample_clients(s.data.num_clients, self.clients_per_round, s.generator)
-        q = mean(self.client_updates(s.x, s.data, clients, s.generator))
-        x = ServerOpt.step(s.server, list(s.x), q)
-        return LocalUpdateState(s.data, s.generator, s.seed, s.round + 1, x, s.server)
+        q = aggregate(self.client_updates(s.x, s.data, clients, s.generator))
+        x, server = self.server_opt.step(s.x, q, s.server)
+        return LocalUpdateState(s.data, s.generator, s.seed, s.round + 1, x, server)
 
     def personalized(self, s: LocalUpdateState) -> Params:
         return broadcast(s.x, s.data.num_clients)
@@ -297,11 +235,11 @@ class QuadraticLocalUpdate:
         check_positive("rounds", rounds, integer=True, allow_zero=True)
         gen = torch.Generator().manual_seed(seed)
         x = {"x": torch.as_tensor(x0, dtype=torch.float64, device=qc.device).clone()}
-        opt = self.server_opt.init(x)
+        state = self.server_opt.init(x)
         out = [x["x"]]
         for _ in range(rounds):
             clients = sample_clients(qc.num_clients, self.clients_per_round, gen)
             q = self.client_updates(qc, clients, x["x"], gen).mean(0)
-            x = ServerOpt.step(opt, ["x"], {"x": q})
+            x, state = self.server_opt.step(x, {"x": q}, state)
             out.append(x["x"])
         return torch.stack(out)

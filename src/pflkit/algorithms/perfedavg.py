@@ -57,14 +57,14 @@ class PerFedAvg(FedAvg):
 
     def __init__(self, model: FunctionalModel, *, alpha: float, beta: float, local_steps: int,
                  batch_size: int, variant: str = "fo", hvp: str = "finite_difference",
-                 delta: float = 1e-3, client_fraction: float = 1.0, weighting: str = "uniform"):
-        # the FedAvg checks (local_steps, batch_size, client_fraction, weighting); beta is the lr
+                 delta: float = 1e-3, clients_per_round: int | None = None, weighting: str = "uniform"):
+        # the FedAvg checks (local_steps, batch_size, clients_per_round, weighting); beta is the lr
         if batch_size is None:
             raise ValueError("batch_size must be an integer > 0 (Per-FedAvg draws minibatches D, D', D''), "
                              "got None")
         check_positive("beta", beta)
         super().__init__(model, local_steps=local_steps, lr=beta, batch_size=batch_size,
-                         client_fraction=client_fraction, weighting=weighting)
+                         clients_per_round=clients_per_round, weighting=weighting)
         self.alpha = check_positive("alpha", alpha, allow_zero=True)
         self.beta = beta
         if variant not in VARIANTS:

@@ -55,12 +55,12 @@ class PFedMe(FedAvg):
 
     def __init__(self, model: FunctionalModel, *, lr: float, personal_lr: float, lam: float,
                  local_steps: int, batch_size: int, inner_steps: int = 5, beta: float = 1.0,
-                 client_fraction: float = 1.0, weighting: str = "uniform"):
+                 clients_per_round: int | None = None, weighting: str = "uniform"):
         if batch_size is None:
             raise ValueError("batch_size must be an integer > 0 (pFedMe draws one minibatch per local "
                              "step), got None")
         super().__init__(model, local_steps=local_steps, lr=lr, batch_size=batch_size,
-                         client_fraction=client_fraction, weighting=weighting)
+                         clients_per_round=clients_per_round, weighting=weighting)
         self.personal_lr = check_positive("personal_lr", personal_lr)
         self.lam = check_positive("lam", lam)
         self.inner_steps = check_positive("inner_steps", inner_steps, integer=True)

@@ -54,11 +54,10 @@ def local_steps(factory, w: dict, data: FederatedDataset, rows: torch.Tensor, al
     return v
 
 
-def participants(n: int, client_fraction: float, gen: torch.Generator) -> list[int]:
-    if client_fraction >= 1.0:
+def participants(n: int, clients_per_round: int | None, gen: torch.Generator) -> list[int]:
+    if clients_per_round is None or clients_per_round >= n:
         return list(range(n))
-    m = max(1, int(round(client_fraction * n)))
-    return torch.randperm(n, generator=gen)[:m].sort().values.tolist()
+    return torch.randperm(n, generator=gen)[:clients_per_round].sort().values.tolist()
 
 
 def average(models: list[dict], weights: torch.Tensor | None) -> dict:
@@ -69,14 +68,14 @@ def average(models: list[dict], weights: torch.Tensor | None) -> dict:
 
 def perfedavg(factory, w0: dict, data: FederatedDataset, rounds: int, tau: int, alpha: float, beta: float,
               batch_size: int, seed: int, variant: str = "fo", hvp: str = "finite_difference",
-              delta: float = 1e-3, client_fraction: float = 1.0, weighting: str = "uniform") -> list[dict]:
+              delta: float = 1e-3, clients_per_round: int | None = None, weighting: str = "uniform") -> list[dict]:
     """Per-FedAvg one client at a time; returns the global model after every round."""
     gen = torch.Generator().manual_seed(seed)
     n, parts = data.num_clients, 3 if variant == "hf" else 2
     w = {k: v.clone() for k, v in w0.items()}
     history = []
     for _ in range(rounds):
-        clients = participants(n, client_fraction, gen)
+        clients = participants(n, clients_per_round, gen)
         m = len(clients)
         idx = data.sample_indices(torch.tensor(clients).view(1, 1, m).expand(tau, parts, m), batch_size, gen)
         locals_ = [local_steps(factory, w, data, idx[:, :, i], alpha, beta, variant, hvp, delta)

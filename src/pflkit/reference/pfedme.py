@@ -24,14 +24,14 @@ def local_round(factory, w: dict, data: FederatedDataset, rows: torch.Tensor, lr
 
 def pfedme(factory, w0: dict, data: FederatedDataset, rounds: int, local_steps: int, lr: float,
            personal_lr: float, lam: float, inner_steps: int, batch_size: int, seed: int, beta: float = 1.0,
-           client_fraction: float = 1.0, weighting: str = "uniform") -> list[dict]:
+           clients_per_round: int | None = None, weighting: str = "uniform") -> list[dict]:
     """pFedMe one client at a time; returns the global model after every round."""
     gen = torch.Generator().manual_seed(seed)
     n = data.num_clients
     w = {k: v.clone() for k, v in w0.items()}
     history = []
     for _ in range(rounds):
-        clients = participants(n, client_fraction, gen)
+        clients = participants(n, clients_per_round, gen)
         m = len(clients)
         idx = data.sample_indices(torch.tensor(clients).unsqueeze(0).expand(local_steps, m), batch_size, gen)
         locals_ = [local_round(factory, w, data, idx[:, i], lr, personal_lr, lam, inner_steps)[0]
