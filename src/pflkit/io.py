@@ -63,10 +63,6 @@ def write_csv(path, frame: pd.DataFrame) -> Path:
     return Path(path)
 
 
-def read_json(path):
-    return json.loads(Path(path).read_text())
-
-
 def _jsonable(obj):
     if isinstance(obj, dict):
         return {str(k): _jsonable(v) for k, v in obj.items()}

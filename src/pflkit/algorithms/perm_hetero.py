@@ -44,10 +44,10 @@ single-loop global step + alpha update every ``update_every`` rounds, warm-up) i
 draw (``test_all_budgets_one_reduces_to_perm``). Masks of ``random`` extraction come from their own
 generator stream (seed, round), so they never shift the training draws.
 
-**Cost per client per round** (``round_cost``): an MLP with P parameters costs about P
-multiply-adds per sample forward, so K local steps on batches of B cost 6 P B K FLOPs (2 P B
-forward + 4 P B backward per step); the client holds 4 P bytes of weights + 4 P bytes of gradients
-(fp32) and exchanges 4 P bytes each way.
+**Cost per client per round** (tabulated by ``pflkit.experiments.perm_hetero.cost_table``): an
+MLP with P parameters costs about P multiply-adds per sample forward, so K local steps on batches of
+B cost 6 P B K FLOPs (2 P B forward + 4 P B backward per step); the client holds 4 P bytes of
+weights + 4 P bytes of gradients (fp32) and exchanges 4 P bytes each way.
 """
 from __future__ import annotations
 
@@ -222,15 +222,6 @@ def hetero_shuffle_steps(model: FunctionalModel, v: Params, masks: Params, data:
     v, _ = masked_sgd(model, v, intersect(masks, host), data, clients, steps=local_steps, lr=scale,
                       batch_size=batch_size, generator=generator)
     return v
-
-
-# --------------------------------------------------------------------------- cost accounting
-def round_cost(sizes: Tensor, local_steps: int, batch_size: int) -> dict[str, Tensor]:
-    """Per-client cost of one round of K local steps on a sub-model with P parameters (MLP count):
-    FLOPs 6 P B K, memory 8 P bytes (fp32 weights + gradients), communication 8 P bytes (down + up)."""
-    p = sizes.double()
-    return {"params": p, "train_flops": 6.0 * p * batch_size * local_steps, "memory_bytes": 8.0 * p,
-            "comm_bytes": 8.0 * p}
 
 
 def _check_model(model: FunctionalModel, spec: WidthSpec):

@@ -2,10 +2,10 @@
 from .device import resolve_device
 from .functional import FunctionalModel
 from .local_sgd import full_gradients, local_sgd
-from .params import Params, broadcast, flatten, init_params, mean, num_models, put, take
+from .params import Params, broadcast, flatten, init_params, mean, num_models, take
 
 __all__ = ["FunctionalModel", "Params", "local_sgd", "full_gradients", "broadcast", "mean", "take",
-           "put", "flatten", "init_params", "num_models", "resolve_device", "make_generator"]
+           "flatten", "init_params", "num_models", "resolve_device", "make_generator"]
 
 
 def make_generator(seed: int):

@@ -39,13 +39,6 @@ def take(stacked: Params, index: Tensor) -> Params:
     return {k: v[index] for k, v in stacked.items()}
 
 
-def put(stacked: Params, index: Tensor, values: Params) -> Params:
-    out = {k: v.clone() for k, v in stacked.items()}
-    for k in out:
-        out[k][index] = values[k]
-    return out
-
-
 def flatten(stacked: Params) -> Tensor:
     """[n, ..] per tensor -> [n, P] (one row per model)."""
     return torch.cat([v.reshape(v.shape[0], -1) for v in stacked.values()], dim=1)

@@ -28,7 +28,7 @@ from torch import Tensor
 
 __all__ = [
     "Theta", "theta_K", "theta_1_to_K", "SERVER_OPTS", "distortion", "distortion_eigenvalues",
-    "surrogate_grad", "surrogate_loss", "surrogate_minimizer", "empirical_minimizer", "kappa",
+    "surrogate_grad", "surrogate_loss", "surrogate_minimizer", "kappa",
     "kappa_of_hessian", "phi", "psi", "kappa_bound_sum", "kappa_bound_last", "rate", "tuned_server",
     "suboptimality", "lemma5_bound", "corollary1_bound", "frontier", "simulated_maml_frontier",
     "random_spd", "one_shot_delta",
@@ -194,11 +194,6 @@ def surrogate_minimizer(A: Tensor, c: Tensor, alpha: float, gamma: float, theta,
     H = torch.einsum("n,nde->de", p, QA)
     b = torch.einsum("n,nde,ne->d", p, QA, c)
     return torch.linalg.solve(H, b)
-
-
-def empirical_minimizer(A: Tensor, c: Tensor, weights: Tensor | None = None) -> Tensor:
-    """x* = argmin_x E_i f_i(x) = E[A_i]^-1 E[A_i c_i]."""
-    return surrogate_minimizer(A, c, 0.0, 0.0, theta_K(1), weights)
 
 
 # ------------------------------------------------------------------- condition numbers (9-13)
