@@ -24,7 +24,7 @@ from typing import Sequence
 
 import torch
 
-from ..engine.device import resolve_device
+from ..device import resolve_device
 
 __all__ = ["NoisyQuadraticUsers"]
 

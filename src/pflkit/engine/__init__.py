@@ -1,5 +1,5 @@
 """The batched multi-client engine: stacked parameters, vmap(grad) over clients, local SGD."""
-from .device import resolve_device
+from ..device import resolve_device
 from .functional import FunctionalModel
 from .local_sgd import full_gradients, local_sgd
 from .params import Params, broadcast, flatten, init_params, mean, num_models, take

@@ -1,0 +1,21 @@
+"""Device selection: ``auto`` picks CUDA when a GPU is present, else CPU. A bottom layer: data,
+engine and config all use it, and it imports nothing of pflkit."""
+from __future__ import annotations
+
+import torch
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    name = str(device)
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cpu":
+        return torch.device("cpu")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={name!r} was requested but no CUDA GPU is available; "
+                             "use device: auto or cpu")
+        return torch.device(name)
+    raise ValueError(f"device must be one of {DEVICES} (or cuda:N), got {name!r}")
