@@ -44,10 +44,17 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             print(f"{args.stage}: wrote {report}")
         elif args.command == "tune":
+            from . import stages
             from .config import load_params, validate_stage
-            from .experiments.perm import lr_sweep
             from .io import write_csv
+            entry = stages.get(args.stage)
+            if entry is None or entry.tune is None:
+                why = "no such stage" if entry is None else "it has no learning-rate sweep"
+                print(f"tune: cannot tune stage {args.stage!r} ({why}); stages it can tune: "
+                      f"{', '.join(stages.tunable())}", file=sys.stderr)
+                return 1
             cfg = validate_stage(load_params(args.params), args.stage)
+            lr_sweep = stages.resolve(entry.tune)  # the stage's sweep, e.g. pflkit.experiments.perm:lr_sweep
             table = lr_sweep(cfg, [float(x) for x in args.grid.split(",")],
                              args.methods.split(",") if args.methods else None,
                              [int(x) for x in args.seeds.split(",")])

@@ -1,7 +1,7 @@
 """Typed, validated configuration for every notebook stage.
 
 Each stage's section of params.yaml (merged over the ``defaults`` section) becomes one
-``StageConfig`` subclass, registered under the stage name. Building a config validates every value
+``StageConfig`` subclass: the one ``pflkit.stages`` names for the stage. Building a config validates every value
 and rejects unknown keys, so bad input fails before any work starts, with a message naming the key,
 the value and what is allowed.
 """
@@ -18,9 +18,9 @@ from typing import Annotated, Any, Mapping
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .engine.device import DEVICES
+from . import stages as _stages
+from .device import DEVICES
 
-_REGISTRY: dict[str, type["StageConfig"]] = {}
 # keys the stage runner adds to every stage's parameters (not part of params.yaml sections)
 RUNNER_KEYS = ("stage", "results_dir", "figures_dir")
 
@@ -84,7 +84,7 @@ class StageConfig(BaseModel):
     @field_validator("device")
     @classmethod
     def _device(cls, v: str) -> str:
-        from .engine.device import resolve_device
+        from .device import resolve_device
         if v not in DEVICES and not v.startswith("cuda:"):
             raise ValueError(f"must be one of {DEVICES} (or cuda:N), got {v!r}")
         resolve_device(v)  # cuda without a GPU is an error now, not mid-run
@@ -219,19 +219,17 @@ def format_errors(cls, exc: ValidationError, stage: str | None = None) -> str:
     return "\n".join(dict.fromkeys(lines))
 
 
-def register(stage: str):
-    """Class decorator: ``@register("perm_fig1")`` makes the config the validator of that stage."""
-    def deco(cls):
-        if stage in _REGISTRY and _REGISTRY[stage] is not cls:
-            raise ValueError(f"stage {stage!r} is registered twice")
-        _REGISTRY[stage] = cls
-        return cls
-    return deco
-
-
 def registry() -> dict[str, type[StageConfig]]:
-    from . import experiments  # noqa: F401  (importing registers every stage config)
-    return dict(_REGISTRY)
+    """Every stage's config class (``pflkit.stages.STAGES``), importing every experiment module."""
+    return {s.name: s.config_class() for s in _stages.STAGES}
+
+
+def stage_config(stage: str) -> type[StageConfig]:
+    """The config class of one stage, importing only the module that defines it."""
+    entry = _stages.get(stage)
+    if entry is None:
+        raise ConfigError(f"{stage}: no such stage in pflkit.stages; known: {sorted(_stages.BY_NAME)}")
+    return entry.config_class()
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -339,7 +337,8 @@ def stage_values(params: Mapping[str, Any], stage: str) -> dict:
         raise ConfigError("\n".join(f"{stage}.{k}: set by the stage runner, not by params.yaml "
                                      f"(value {short_repr(section.get(k, defaults.get(k)))}); remove it"
                                      for k in runner))
-    paper = stage.split("_", 1)[0]
+    entry = _stages.get(stage)
+    paper = entry.paper if entry is not None else stage.split("_", 1)[0]
     values = {**defaults, **section}
     values.update(stage=stage, results_dir=f"results/{stage}", figures_dir=f"figures/{paper}")
     return values
@@ -347,18 +346,15 @@ def stage_values(params: Mapping[str, Any], stage: str) -> dict:
 
 def validate_stage(params: Mapping[str, Any], stage: str) -> StageConfig:
     """The stage's config from params.yaml, or a ConfigError with one ``stage.key: problem`` line each."""
-    configs = registry()
-    if stage not in configs:
-        raise ConfigError(f"{stage}: no config registered for this stage; known: {sorted(configs)}")
-    return configs[stage].build(stage_values(params, stage))
+    return stage_config(stage).build(stage_values(params, stage))
 
 
 def validate_all(params: Mapping[str, Any], dvc_stages: Mapping[str, dict] | None = None) -> list[str]:
     """Every problem in every section (empty list = all good). With ``dvc_stages``
-    (``load_dvc_stages``), also every stage dvc.yaml declares: its config is registered, params.yaml
+    (``load_dvc_stages``), also every stage dvc.yaml declares: pflkit.stages has it, params.yaml
     has its section (and it validates), and dvc.yaml lists the section (and ``defaults``) as params."""
     problems = []
-    known = registry()
+    known = _stages.BY_NAME
     defaults_ok = isinstance(params.get("defaults") or {}, dict)
     if not defaults_ok:
         problems.append(f"defaults: the section must be a mapping of keys to values, got "
@@ -388,7 +384,7 @@ def validate_all(params: Mapping[str, Any], dvc_stages: Mapping[str, dict] | Non
         if stage is None:
             continue
         if stage not in known:
-            problems.append(f"{stage}: dvc.yaml stage {name!r} runs it, but no config is registered for it; "
+            problems.append(f"{stage}: dvc.yaml stage {name!r} runs it, but pflkit.stages has no such stage; "
                             f"known: {', '.join(sorted(known))}")
             continue
         for key in ("defaults", stage):

@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from ..config import Seed, StageConfig, raise_problems, register
+from ..config import Seed, StageConfig, raise_problems
 from ..report import environment, table_records
 from ..theory import surrogate as S
 
@@ -133,7 +133,6 @@ def _nonneg_list(v):
     return v
 
 
-@register("charles_fig1")
 class CharlesFig1Config(FrontierConfig):
     """Fig. 1: Theta_{1:K}, alpha = 0, GD; left gamma fixed and K varies, right K fixed and gamma varies."""
     L_values: list[float] = [5.0, 50.0]
@@ -151,7 +150,6 @@ class CharlesFig1Config(FrontierConfig):
         return self
 
 
-@register("charles_fig2")
 class CharlesFig2Config(FrontierConfig):
     """Fig. 2: Theta_{1:K}, alpha = 0, gamma = gamma_factor / L, three ServerOpts, several L."""
     L_values: list[float] = [2.0, 5.0, 10.0, 100.0]
@@ -160,7 +158,6 @@ class CharlesFig2Config(FrontierConfig):
     _L = field_validator("L_values")(classmethod(lambda cls, v: _positive_list(v)))
 
 
-@register("charles_fig3")
 class CharlesFig3Config(FrontierConfig):
     """Fig. 3: Theta_{1:K}, L fixed, gamma = gamma_factor / (L + alpha), several alpha, GD."""
     L: float = Field(10.0, gt=0)
@@ -169,7 +166,6 @@ class CharlesFig3Config(FrontierConfig):
     _a = field_validator("alphas")(classmethod(lambda cls, v: _nonneg_list(v)))
 
 
-@register("charles_fig4")
 class CharlesFig4Config(FrontierConfig):
     """Fig. 4: Theta_{1:K} with gamma_sum vs Theta_K with gamma = gamma_last_factor / (L K), three ServerOpts."""
     L: float = Field(10.0, gt=0)
@@ -178,7 +174,6 @@ class CharlesFig4Config(FrontierConfig):
     server_opts: list[ServerName] = ["gd", "nesterov", "heavy_ball"]
 
 
-@register("charles_fig9")
 class CharlesFig9Config(FrontierConfig):
     """Fig. 9: proximal MAML-style frontiers, Theta_K, tiny gamma, several alpha (eq. 13), GD."""
     L: float = Field(10.0, gt=0)
@@ -220,27 +215,22 @@ class SimulatedConfig(FrontierConfig):
         return self
 
 
-@register("charles_fig5")
 class CharlesFig5Config(SimulatedConfig):
     """Fig. 5: L = 10, d in {5, 100}, GD."""
 
 
-@register("charles_fig7")
 class CharlesFig7Config(SimulatedConfig):
     """Fig. 7: L in {2, 5, 10, 100}."""
 
 
-@register("charles_fig8")
 class CharlesFig8Config(SimulatedConfig):
     """Fig. 8: L = 10, ServerOpt GD / Nesterov / heavy-ball."""
 
 
-@register("charles_fig10")
 class CharlesFig10Config(SimulatedConfig):
     """Fig. 10: L = 10, alpha in {0, 0.5, 1, 10}."""
 
 
-@register("charles_theory")
 class CharlesTheoryConfig(StageConfig):
     """Numerical checks of Theorems 1-2, Lemmas 3-5, Table 2 and the central claim."""
     num_clients: int = Field(6, ge=1)

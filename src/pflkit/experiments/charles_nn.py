@@ -40,7 +40,7 @@ from torch.func import vmap
 
 from ..algorithms.local_update import sample_clients
 from ..config import (HLDA_DEFAULTS, PARTITION_OPTIONS, DatasetName, Section, Seed, StageConfig,
-                      image_partition_problems, raise_problems, register, short_repr)
+                      image_partition_problems, raise_problems, short_repr)
 from ..data.federated import FederatedDataset
 from ..engine import FunctionalModel, resolve_device
 from ..engine.local_sgd import local_sgd
@@ -382,7 +382,6 @@ def _grid(v, name, allow_zero=False):
     return v
 
 
-@register("charles_fig12")
 class CharlesFig12Config(NNConfig):
     gammas: list[float]  # paper: 0, 1e-3, 1e-2, 1e-1, 1, 10
     eta: float = Field(gt=0)  # paper: 0.01
@@ -393,7 +392,6 @@ class CharlesFig12Config(NNConfig):
         return _grid(v, "gammas", allow_zero=True)
 
 
-@register("charles_fig13")
 class CharlesFig13Config(NNConfig):
     gammas: list[float]
     etas: list[float]  # paper: 10^-3 .. 10 in half decades
@@ -409,7 +407,6 @@ class CharlesFig13Config(NNConfig):
         return _grid(v, "etas")
 
 
-@register("charles_fig6")
 class CharlesFig6Config(NNConfig):
     gammas: list[float]  # tuning grid (paper: 10^-3 .. 10 in half decades, for gamma and eta)
     etas: list[float]

@@ -17,7 +17,7 @@ import torch
 from pydantic import Field, field_validator, model_validator
 
 from ..algorithms.collaborative import BC, WGA, Alone, CollaborativeRun, run, tune_step_size
-from ..config import Section, Seed, StageConfig, raise_problems, register
+from ..config import Section, Seed, StageConfig, raise_problems
 from ..data.quadratic_users import NoisyQuadraticUsers
 from ..engine.device import resolve_device
 from ..progress import note
@@ -41,7 +41,6 @@ class QuadraticConfig(StageConfig):
     seed: Seed = 0
 
 
-@register("chayti_fig1")
 class ChaytiFig1Config(StageConfig):
     """Fig. 1: speedup heat map over N and tau, plus a simulated check along a few slices."""
     n_max: int = Field(1000, ge=2)
@@ -86,7 +85,6 @@ class Fig2Panel(Section):
     b: float = Field(ge=0, le=1)
 
 
-@register("chayti_fig2")
 class ChaytiFig2Config(QuadraticConfig):
     """Fig. 2: Alone vs WGA vs BC; eta tuned on ``eta_grid`` for Alone and WGA (separate seed), BC fixed."""
     a_wga: float = Field(0.5, ge=0, le=1)
@@ -108,20 +106,17 @@ class SweepConfig(QuadraticConfig):
     a: float = Field(0.9, ge=0, le=1)
 
 
-@register("chayti_fig3")
 class ChaytiFig3Config(SweepConfig):
     """Fig. 3: BC for several zeta (fixed eta, a, b)."""
     b: float = Field(0.01, ge=0, le=1)
     zetas: list[float] = Field(min_length=1)
 
 
-@register("chayti_fig4")
 class ChaytiFig4Config(SweepConfig):
     """Fig. 4: WGA for several zeta (fixed eta, a)."""
     zetas: list[float] = Field(min_length=1)
 
 
-@register("chayti_fig5")
 class ChaytiFig5Config(SweepConfig):
     """Fig. 5: BC for several N (fixed eta, a, b)."""
     b: float = Field(0.01, ge=0, le=1)

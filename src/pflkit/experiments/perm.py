@@ -18,7 +18,7 @@ from pydantic import Field, field_validator, model_validator
 from ..algorithms import FedAvg, Local, LocalizedFedAvg, PerFedAvg, PFedMe
 from ..algorithms.perm import ALPHA_INITS, ALPHA_SOLVERS, PERM
 from ..config import (DatasetName, PositiveInt, Section, Seed, StageConfig, image_partition_problems,
-                      raise_problems, register)
+                      raise_problems)
 from ..data.federated import FederatedDataset
 from ..data.synthetic import perm_synthetic
 from ..engine import FunctionalModel, resolve_device
@@ -177,7 +177,6 @@ def unique(values: list) -> list:
     return values
 
 
-@register("perm_fig1")
 class PermFig1Config(RunConfig):
     num_clients: int = Field(ge=2)
     samples_per_client: int = Field(ge=4)
@@ -290,7 +289,6 @@ class DatasetSection(Section):
     root: str = "data/raw"
 
 
-@register("perm_fig6")
 class PermFig6Config(StageConfig):
     dataset: DatasetSection
     num_clients: int = Field(ge=2)
@@ -367,7 +365,6 @@ def fig6(cfg: PermFig6Config) -> tuple[dict[str, AlphaPanel], dict]:
 
 
 # --------------------------------------------------------------------------- Theorem 1: alpha_hat -> alpha*
-@register("perm_alpha_convergence")
 class PermAlphaConvergenceConfig(StageConfig):
     num_clients: int = Field(ge=2)
     samples_per_client: int = Field(ge=4)
@@ -465,12 +462,10 @@ class ImageCurvesConfig(RunConfig):
         return self
 
 
-@register("perm_fig2")
 class PermFig2Config(ImageCurvesConfig):
     pass
 
 
-@register("perm_fig4")
 class PermFig4Config(ImageCurvesConfig):
     alpha_file: str  # PERM's final alpha (first seed), read by Fig. 5
 
@@ -570,13 +565,11 @@ def load_alpha(path) -> dict:
         return {k: (z[k].item() if z[k].ndim == 0 else z[k]) for k in z.files}
 
 
-@register("perm_fig5")
 class PermFig5Config(StageConfig):
     alpha_file: str
 
 
 # --------------------------------------------------------------------------- Fig. 3: round time
-@register("perm_fig3")
 class PermFig3Config(StageConfig):
     """Wall-clock time of one communication round (K local steps) per method, fixed CPU threads."""
     threads: int = Field(ge=1)  # a fixed count: 'auto' is not allowed for a timing

@@ -29,7 +29,7 @@ import torch
 from pydantic import Field, field_validator, model_validator
 
 from ..algorithms.perm_hetero import DISCREPANCIES, PartialFedAvg, PERMHetero
-from ..config import PositiveInt, Seed, StageConfig, image_partition_problems, raise_problems, register
+from ..config import PositiveInt, Seed, StageConfig, image_partition_problems, raise_problems
 from ..engine import FunctionalModel, resolve_device
 from ..eval import evaluate
 from ..models.width import EXTRACTIONS, masks_for, mlp_spec, num_parameters
@@ -66,7 +66,6 @@ class ClaimSection(Section):
     tolerance: float = Field(0.01, ge=0)  # PERM-hetero may trail the best baseline by this much per group
 
 
-@register("perm_hetero")
 class PermHeteroConfig(StageConfig):
     dataset: DatasetSection
     num_clients: int = Field(ge=2)
