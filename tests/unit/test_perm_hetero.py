@@ -3,10 +3,10 @@ term of the mixing weights, shuffling with distinct architectures, and the reduc
 import pytest
 import torch
 
-from pflkit.algorithms.perm import PERM, water_filling
-from pflkit.algorithms.perm_hetero import (PartialFedAvg, PERMHetero, apply_masks, complexity_costs,
-                                           hetero_mixing_weights, hetero_shuffle_steps, masked_sgd,
-                                           partial_training_round, solve_alpha)
+from pflkit.algorithms.perm import PERM, shuffle_steps, water_filling
+from pflkit.algorithms.perm_hetero import PartialFedAvg, PERMHetero, complexity_costs, hetero_mixing_weights, solve_alpha
+from pflkit.algorithms.round import aggregate, local_round
+from pflkit.engine.params import apply_masks
 from pflkit.data import perm_synthetic
 from pflkit.engine import FunctionalModel, broadcast, make_generator
 from pflkit.models import count_parameters
@@ -81,8 +81,8 @@ def test_hetero_shuffling_equals_the_per_model_reference(mixed):
     sigma = torch.randperm(n, generator=make_generator(4))
     got, want = v, v
     for step in range(n):
-        got = hetero_shuffle_steps(model, got, masks, mixed, alpha, sigma, step, local_steps=3, lr=0.1,
-                                   batch_size=4, generator=make_generator(step))
+        got = shuffle_steps(model, got, mixed, alpha, sigma, step, local_steps=3, lr=0.1, batch_size=4,
+                            generator=make_generator(step), masks=masks)
         want = ref.shuffle_round(spec, want, units, mixed, alpha, sigma, step, 3, 0.1, 4, make_generator(step))
     for k in got:
         torch.testing.assert_close(got[k], want[k], atol=1e-5, rtol=1e-5)
@@ -98,8 +98,9 @@ def test_partial_training_round_equals_the_reference(mixed, extraction):
     from pflkit.models.width import param_masks
     masks = param_masks(spec, units)
     w = {k: p[0] for k, p in _random_params(model, 1).items()}
-    got = partial_training_round(model, w, masks, mixed, local_steps=4, lr=0.2, batch_size=3,
-                                 generator=make_generator(9))
+    local = local_round(model, w, mixed, torch.arange(n), steps=4, lr=0.2, batch_size=3,
+                        generator=make_generator(9), masks=masks)
+    got = aggregate(local, masks=masks, base=w)
     want = ref.partial_fedavg_round(spec, w, [unit_indices(units, j) for j in range(n)], mixed, 4, 0.2, 3,
                                     make_generator(9))
     for k in w:
@@ -205,24 +206,23 @@ def test_all_budgets_one_reduces_to_perm(solver, samples):
     # a shuffle round with identical inputs gives PERM's result (up to float rounding of the engine's
     # fused update)
     alpha = s.alpha
-    a = hetero_shuffle_steps(model, s.v, masks_for(spec, [1.0] * 6), data, alpha, s.sigma, 1, local_steps=2,
-                             lr=0.1, batch_size=5, generator=make_generator(0))
-    from pflkit.algorithms.perm import shuffle_steps
+    a = shuffle_steps(model, s.v, data, alpha, s.sigma, 1, local_steps=2, lr=0.1, batch_size=5,
+                      generator=make_generator(0), masks=masks_for(spec, [1.0] * 6))
     b = shuffle_steps(model, s.v, data, alpha, s.sigma, 1, local_steps=2, lr=0.1, batch_size=5,
                       generator=make_generator(0))
     for k in a:
         torch.testing.assert_close(a[k], b[k], atol=1e-6, rtol=1e-6)
 
 
-def test_masked_sgd_with_full_masks_is_local_sgd(mixed):
+def test_local_sgd_with_full_masks_is_local_sgd_without(mixed):
     from pflkit.engine import local_sgd
     spec = _spec()
     model = FunctionalModel(spec.factory())
     v = _random_params(model, 5)
     ones = {k: torch.ones_like(p) for k, p in v.items()}
     for bs in (3, None):
-        a, la = masked_sgd(model, v, ones, mixed, torch.arange(5), steps=3, lr=0.1, batch_size=bs,
-                           generator=make_generator(1))
+        a, la = local_sgd(model, v, mixed, torch.arange(5), steps=3, lr=0.1, batch_size=bs,
+                          generator=make_generator(1), masks=ones)
         b, lb = local_sgd(model, v, mixed, torch.arange(5), steps=3, lr=0.1, batch_size=bs,
                           generator=make_generator(1))
         for k in a:

@@ -10,7 +10,7 @@ from ..engine.functional import FunctionalModel
 from ..engine.local_sgd import local_sgd
 from ..engine.params import Params, broadcast
 from .base import BaseState, check_batch_size, check_positive, eval_generator
-from .round import WEIGHTINGS, aggregate, client_weights, sample_clients
+from .round import WEIGHTINGS, aggregate, client_weights, local_round, sample_clients
 
 
 @dataclass
@@ -84,9 +84,8 @@ class FedAvg:
 
     def round(self, s: FedAvgState) -> FedAvgState:
         clients = self.participants(s)
-        local, _ = local_sgd(self.model, broadcast(s.w, len(clients)), s.data, clients,
-                             steps=self.local_steps, lr=self.lr, batch_size=self.batch_size,
-                             generator=s.generator)
+        local = local_round(self.model, s.w, s.data, clients, steps=self.local_steps, lr=self.lr,
+                            batch_size=self.batch_size, generator=s.generator)
         return FedAvgState(s.data, s.generator, s.seed, s.round + 1, self.aggregate(s, clients, local))
 
     def personalized(self, s: FedAvgState) -> Params:

@@ -32,8 +32,10 @@ from torch import Tensor
 from ..data.federated import FederatedDataset
 from ..engine.functional import FunctionalModel
 from ..engine.local_sgd import full_gradients, local_sgd
-from ..engine.params import Params, broadcast, flatten, mean
+from ..engine.params import Params, apply_masks, broadcast, flatten
+from ..models.width import intersect
 from .base import BaseState, check_batch_size, check_positive
+from .round import aggregate, local_round
 
 ALPHA_SOLVERS = ("exact", "gd")
 ALPHA_INITS = ("uniform", "estimate")
@@ -148,13 +150,18 @@ def shuffle_clients(sigma: Tensor, step: int) -> Tensor:
 
 def shuffle_steps(model: FunctionalModel, v: Params, data: FederatedDataset, alpha: Tensor, sigma: Tensor,
                   step: int, *, local_steps: int, lr: float, batch_size: int | None,
-                  generator: torch.Generator) -> Params:
-    """One round of Alg. 1: every model moves to its client and takes K steps of size eta*alpha_i(c)*N."""
+                  generator: torch.Generator, masks: Params | None = None) -> Params:
+    """One round of Alg. 1: every model moves to its client and takes K SGD steps of size eta*alpha_i(c)*N.
+
+    With ``masks`` (model i's architecture m_i, stacked [N, ..]; PERM-hetero's visiting rule) model i
+    on client c trains the slice m_i AND m_c, the part of it client c can hold."""
     n = data.num_clients
     clients = shuffle_clients(sigma, step)
     scale = lr * n * alpha[torch.arange(n), clients.to(alpha.device)].float().to(data.device)
+    if masks is not None:
+        masks = intersect(masks, {k: m[clients.to(m.device)] for k, m in masks.items()})
     v, _ = local_sgd(model, v, data, clients, steps=local_steps, lr=scale, batch_size=batch_size,
-                     generator=generator)
+                     generator=generator, masks=masks)
     return v
 
 
@@ -206,6 +213,10 @@ class PERM:
     alpha_init: 'uniform' (Alg. 2) or 'estimate' (Alg. 3: alpha at the warm-up model).
     update_every: rounds between global-model + alpha updates (None: never, i.e. two-stage PERM;
     default: N, once per epoch).
+
+    The round is written here once for PERM and PERM-hetero (``algorithms.perm_hetero.PERMHetero``),
+    which supplies sub-model masks through ``personal_masks`` / ``round_masks`` and its own mixing
+    weights (``_alpha``); PERM is the case without masks (every model full width).
     """
 
     name = "PERM"
@@ -221,12 +232,21 @@ class PERM:
                           global_lr=global_lr, global_steps=global_steps, warmup_rounds=warmup_rounds,
                           warmup_lr=warmup_lr, alpha_init=alpha_init, update_every=update_every)
 
-    # -- helpers
+    # -- what PERM-hetero changes: sub-model masks and the mixing weights
+    def personal_masks(self, data: FederatedDataset) -> Params | None:
+        """m_i: the architecture of personalized model i (None: every model full width)."""
+        return None
+
+    def round_masks(self, s: PERMState) -> Params | None:
+        """M_j^t: the sub-models of the global model's training this round (None: full width)."""
+        return None
+
     def _alpha(self, s: PERMState, init: Tensor | None) -> Tensor:
         """alpha at the current global model: exact, or ``alpha_steps`` GD steps warm-started at ``init``."""
         return mixing_weights(self.model, s.w, s.data, self.lam, solver=self.alpha_solver, steps=self.alpha_steps,
                               samples=self.alpha_samples, generator=s.generator, init=init)
 
+    # -- the round
     def _period(self, n: int) -> int | None:
         return n if self.update_every == "epoch" else self.update_every
 
@@ -237,9 +257,14 @@ class PERM:
             self._start(s)
         return s
 
+    def _broadcast_personal(self, s: PERMState) -> Params:
+        v = broadcast(s.w, s.data.num_clients)
+        masks = self.personal_masks(s.data)
+        return v if masks is None else apply_masks(v, masks)
+
     def _start(self, s: PERMState):
         n = s.data.num_clients
-        s.v = broadcast(s.w, n)
+        s.v = self._broadcast_personal(s)
         if self.alpha_init == "uniform":
             s.alpha = torch.full((n, n), 1.0 / n, dtype=torch.float64, device=s.data.device)
         else:
@@ -247,11 +272,12 @@ class PERM:
 
     def round(self, s: PERMState) -> PERMState:
         data, n = s.data, s.data.num_clients
+        masks = self.round_masks(s)
         s = PERMState(**{**s.__dict__, "round": s.round + 1})
-        if s.v is None:  # FedAvg warm-up round
-            local, _ = local_sgd(self.model, broadcast(s.w, n), data, torch.arange(n), steps=self.local_steps,
-                                 lr=self.warmup_lr, batch_size=self.batch_size, generator=s.generator)
-            s.w = mean(local)
+        if s.v is None:  # FedAvg warm-up round (partial training with masks)
+            local = local_round(self.model, s.w, data, torch.arange(n), steps=self.local_steps, lr=self.warmup_lr,
+                                batch_size=self.batch_size, generator=s.generator, masks=masks)
+            s.w = aggregate(local, masks=masks, base=s.w)
             if s.round >= self.warmup_rounds:
                 self._start(s)
             return s
@@ -259,24 +285,31 @@ class PERM:
         if step == 0:
             s.sigma = torch.randperm(n, generator=s.generator)
         s.v = shuffle_steps(self.model, s.v, data, s.alpha, s.sigma, step, local_steps=self.local_steps,
-                            lr=self.lr, batch_size=self.batch_size, generator=s.generator)
+                            lr=self.lr, batch_size=self.batch_size, generator=s.generator,
+                            masks=self.personal_masks(data))
         s.shuffle_round += 1
         period = self._period(n)
         if period is not None and s.shuffle_round % period == 0:
-            self._global_step(s)
+            self._global_step(s, masks)
             s.alpha = self._alpha(s, init=s.alpha)
         return s
 
-    def _global_step(self, s: PERMState):
-        """w <- w - gamma * mean_i (1/M) sum grad f_i(w; xi), ``global_steps`` times."""
+    def _global_step(self, s: PERMState, masks: Params | None):
+        """w <- w - gamma * mean_i (1/M) sum grad f_i(w; xi), ``global_steps`` times (with masks: the
+        coordinate-wise mean over the clients covering it of M_j (.) grad f_j(M_j (.) w))."""
         n = s.data.num_clients
         for _ in range(self.global_steps):
+            stacked = broadcast(s.w, n) if masks is None else apply_masks(broadcast(s.w, n), masks)
             if self.alpha_samples is None:
-                grads, _ = full_gradients(self.model, broadcast(s.w, n), s.data)
+                grads, _ = full_gradients(self.model, stacked, s.data)
             else:
                 idx = s.data.sample_indices(torch.arange(n), self.alpha_samples, s.generator)
-                grads, _ = self.model.batched_grad(broadcast(s.w, n), s.data.x_train[idx], s.data.y_train[idx])
-            s.w = {k: v - self.global_lr * grads[k].mean(0) for k, v in s.w.items()}
+                grads, _ = self.model.batched_grad(stacked, s.data.x_train[idx], s.data.y_train[idx])
+            if masks is None:
+                s.w = {k: v - self.global_lr * grads[k].mean(0) for k, v in s.w.items()}
+            else:
+                step = aggregate(grads, masks=masks, base={k: torch.zeros_like(p) for k, p in s.w.items()})
+                s.w = {k: p - self.global_lr * step[k] for k, p in s.w.items()}
 
     def personalized(self, s: PERMState) -> Params:
-        return broadcast(s.w, s.data.num_clients) if s.v is None else s.v
+        return self._broadcast_personal(s) if s.v is None else s.v

@@ -4,7 +4,8 @@
 plus a 0/1 mask of the same shapes (``pflkit.models.width``): client i's sub-model of width r_i is
 m_i (.) w. A masked model computes exactly what the small sub-model computes, so all widths run in
 one ``vmap`` batch. Training a sub-model is SGD on v -> f(m (.) v): the step is
-v <- v - eta * m (.) grad f(m (.) v), which never moves a coordinate outside m (``masked_sgd``).
+v <- v - eta * m (.) grad f(m (.) v), which never moves a coordinate outside m
+(``engine.local_sgd`` with ``masks``).
 
 **Global model: partial-training FedAvg.** Each round client j receives its sub-model
 M_j^t (.) w (extraction ``static`` = HeteroFL, ``rolling`` = FedRolex, ``random``; see
@@ -39,8 +40,9 @@ All N models move in one batched call whatever their widths (the width groups ar
 stacked tensor).
 
 Everything else (epochs of N shuffle rounds, one shuffle step = one communication round, the
-single-loop global step + alpha update every ``update_every`` rounds, warm-up) is PERM's, see
-``pflkit.algorithms.perm``; with all budgets 1 and ``complexity=0`` the method is PERM, draw for
+single-loop global step + alpha update every ``update_every`` rounds, warm-up) is PERM's own code:
+``PERMHetero`` subclasses ``pflkit.algorithms.perm.PERM`` and supplies the masks and its mixing
+weights, and the masked round parts are ``algorithms.round`` with masks; with all budgets 1 and ``complexity=0`` the method is PERM, draw for
 draw (``test_all_budgets_one_reduces_to_perm``). Masks of ``random`` extraction come from their own
 generator stream (seed, round), so they never shift the training draws.
 
@@ -59,68 +61,15 @@ from torch import Tensor
 
 from ..data.federated import FederatedDataset
 from ..engine.functional import FunctionalModel
-from ..engine.local_sgd import expand_lr, expand_schedule
-from ..engine.params import Params, broadcast, flatten, num_models, scale_like
-from ..models.width import EXTRACTIONS, WidthSpec, check_fractions, intersect, masks_for, num_parameters
+from ..engine.local_sgd import full_gradients, local_sgd
+from ..engine.params import Params, apply_masks, broadcast, flatten
+from ..models.width import EXTRACTIONS, WidthSpec, check_fractions, masks_for, num_parameters
 from .base import BaseState, check_batch_size, check_positive, eval_generator
-from .perm import ALPHA_SOLVERS, discrepancies, projected_gd, set_perm_settings, shuffle_clients, water_filling
+from .perm import ALPHA_SOLVERS, PERM, PERMState, discrepancies, projected_gd, set_perm_settings, water_filling
+from .round import aggregate, local_round
 
 
 DISCREPANCIES = ("paper", "shared")
-
-
-# --------------------------------------------------------------------------- masked training
-def apply_masks(params: Params, masks: Params) -> Params:
-    return {k: p * masks[k] for k, p in params.items()}
-
-
-def masked_sgd(model: FunctionalModel, params: Params, masks: Params, data: FederatedDataset, clients: Tensor, *,
-               steps: int, lr: float | Tensor, batch_size: int | None, generator: torch.Generator):
-    """``steps`` SGD steps of N stacked sub-models: v <- v - lr * m (.) grad f_c(m (.) v).
-
-    Same schedule / lr shapes and the same minibatch draws as ``engine.local_sgd`` (which it equals
-    when every mask is all ones). Returns (params, losses [steps, N])."""
-    if steps < 0:
-        raise ValueError(f"steps must be >= 0, got {steps!r}")
-    n = num_models(params)
-    schedule = expand_schedule(clients, steps)
-    if schedule.shape[1] != n:
-        raise ValueError(f"clients assigns {schedule.shape[1]} models but params stack {n}")
-    if set(masks) != set(params) or num_models(masks) != n:
-        raise ValueError("masks must have the same names and number of models as params")
-    lrs = expand_lr(lr, steps, n, data.device)
-    full = batch_size is None
-    if full:
-        x_pad, y_pad, pad_mask = data.padded("train")
-        sched_dev = schedule.to(data.device)
-    else:
-        idx = data.sample_indices(schedule, batch_size, generator)
-    losses = torch.empty(steps, n, device=data.device)
-    names = list(params)
-    cur = [params[k].clone() for k in names]  # updated in place (the caller's tensors are untouched)
-    mask_list = [masks[k] for k in names]
-    for s in range(steps):
-        live = dict(zip(names, torch._foreach_mul(cur, mask_list)))
-        if full:
-            c = sched_dev[s]
-            grads, loss = model.batched_full_grad(live, x_pad[c], y_pad[c], pad_mask[c])
-        else:
-            grads, loss = model.batched_grad(live, data.x_train[idx[s]], data.y_train[idx[s]])
-        losses[s] = loss
-        step = torch._foreach_mul([grads[k] for k in names], mask_list)  # m (.) g
-        torch._foreach_mul_(step, [scale_like(lrs[s], p) for p in cur])
-        torch._foreach_sub_(cur, step)  # v <- v - lr * m (.) g
-    return dict(zip(names, cur)), losses
-
-
-def partial_average(w: Params, local: Params, masks: Params) -> Params:
-    """Every coordinate averaged over the models whose mask covers it; uncovered ones keep w."""
-    out = {}
-    for k, p in w.items():
-        count = masks[k].sum(0)
-        total = (local[k] * masks[k]).sum(0)
-        out[k] = torch.where(count > 0, total / count.clamp_min(1), p)
-    return out
 
 
 # --------------------------------------------------------------------------- mixing weights
@@ -138,7 +87,6 @@ def _draw(data: FederatedDataset, samples: int | None, generator: torch.Generato
 
 def _client_grads(model: FunctionalModel, w: Params, masks: Params, data: FederatedDataset,
                   idx: Tensor | None) -> Tensor:
-    from ..engine.local_sgd import full_gradients
     stacked = apply_masks(broadcast(w, data.num_clients), masks)
     if idx is None:
         grads, _ = full_gradients(model, stacked, data)
@@ -209,26 +157,21 @@ def hetero_mixing_weights(model: FunctionalModel, w: Params, masks: Params, data
     return solve_alpha(d, n, lam, costs, solver=solver, steps=steps, init=init)
 
 
-# --------------------------------------------------------------------------- shuffling
-def hetero_shuffle_steps(model: FunctionalModel, v: Params, masks: Params, data: FederatedDataset, alpha: Tensor,
-                         sigma: Tensor, step: int, *, local_steps: int, lr: float, batch_size: int | None,
-                         generator: torch.Generator) -> Params:
-    """One shuffle round with distinct architectures: model i on client c = sigma((i + step) mod N)
-    trains the slice masks_i AND masks_c with K steps of size eta * alpha_i(c) * N (module docstring)."""
-    n = data.num_clients
-    clients = shuffle_clients(sigma, step)
-    host = {k: m[clients.to(m.device)] for k, m in masks.items()}
-    scale = lr * n * alpha[torch.arange(n), clients.to(alpha.device)].float().to(data.device)
-    v, _ = masked_sgd(model, v, intersect(masks, host), data, clients, steps=local_steps, lr=scale,
-                      batch_size=batch_size, generator=generator)
-    return v
-
-
 def _check_model(model: FunctionalModel, spec: WidthSpec):
     want = spec.shapes
     got = {k: tuple(p.shape) for k, p in model.module.named_parameters()}
     if want != got:
         raise ValueError(f"model parameters {got} do not match the width spec's server model {want}")
+
+
+def _set_widths(obj, model: FunctionalModel, spec: WidthSpec, fractions: Sequence[float], extraction: str):
+    """Check and set the sub-model settings shared by PartialFedAvg and PERMHetero."""
+    _check_model(model, spec)
+    obj.model, obj.spec = model, spec
+    obj.fractions = check_fractions(fractions)
+    if extraction not in EXTRACTIONS:
+        raise ValueError(f"extraction must be one of {EXTRACTIONS}, got {extraction!r}")
+    obj.extraction = extraction
 
 
 _STATIC: dict = {}
@@ -266,12 +209,7 @@ class PartialFedAvg:
     def __init__(self, model: FunctionalModel, spec: WidthSpec, *, fractions: Sequence[float], extraction: str,
                  local_steps: int, lr: float, batch_size: int | None, finetune_steps: int = 0,
                  finetune_lr: float | None = None, name: str = "Partial FedAvg"):
-        _check_model(model, spec)
-        self.model, self.spec = model, spec
-        self.fractions = check_fractions(fractions)
-        if extraction not in EXTRACTIONS:
-            raise ValueError(f"extraction must be one of {EXTRACTIONS}, got {extraction!r}")
-        self.extraction = extraction
+        _set_widths(self, model, spec, fractions, extraction)
         self.local_steps = check_positive("local_steps", local_steps, integer=True)
         self.lr = check_positive("lr", lr)
         self.batch_size = check_batch_size(batch_size)
@@ -298,40 +236,23 @@ class PartialFedAvg:
         return PartialState(data, torch.Generator().manual_seed(seed), seed, 0, self.model.init(seed))
 
     def round(self, s: PartialState) -> PartialState:
-        w = partial_training_round(self.model, s.w, self.round_masks(s), s.data, local_steps=self.local_steps,
-                                   lr=self.lr, batch_size=self.batch_size, generator=s.generator)
-        return PartialState(s.data, s.generator, s.seed, s.round + 1, w)
+        masks = self.round_masks(s)
+        local = local_round(self.model, s.w, s.data, torch.arange(s.data.num_clients), steps=self.local_steps,
+                            lr=self.lr, batch_size=self.batch_size, generator=s.generator, masks=masks)
+        return PartialState(s.data, s.generator, s.seed, s.round + 1, aggregate(local, masks=masks, base=s.w))
 
     def personalized(self, s: PartialState) -> Params:
         n = s.data.num_clients
         masks = self.personal_masks(s.data)
         v = apply_masks(broadcast(s.w, n), masks)
         if self.finetune_steps:
-            v, _ = masked_sgd(self.model, v, masks, s.data, torch.arange(n), steps=self.finetune_steps,
-                              lr=self.finetune_lr, batch_size=self.batch_size, generator=eval_generator(s))
+            v, _ = local_sgd(self.model, v, s.data, torch.arange(n), steps=self.finetune_steps, lr=self.finetune_lr,
+                             batch_size=self.batch_size, generator=eval_generator(s), masks=masks)
         return v
 
 
-def partial_training_round(model: FunctionalModel, w: Params, masks: Params, data: FederatedDataset, *,
-                           local_steps: int, lr: float, batch_size: int | None, generator: torch.Generator) -> Params:
-    """Broadcast m_j (.) w, K masked SGD steps on every client j, coordinate-wise partial average."""
-    n = data.num_clients
-    local, _ = masked_sgd(model, apply_masks(broadcast(w, n), masks), masks, data, torch.arange(n),
-                          steps=local_steps, lr=lr, batch_size=batch_size, generator=generator)
-    return partial_average(w, local, masks)
-
-
 # --------------------------------------------------------------------------- PERM-hetero
-@dataclass
-class PERMHeteroState(BaseState):
-    w: Params  # global (server-width) model
-    v: Params | None  # personalized models [N, ..], zero outside their masks (None during warm-up)
-    alpha: Tensor | None  # [N, N]
-    sigma: Tensor | None
-    shuffle_round: int
-
-
-class PERMHetero:
+class PERMHetero(PERM):
     """PERM (single loop / two stage) where client i's personalized model has width ``fractions[i]``.
 
     Settings as ``pflkit.algorithms.perm.PERM`` plus: ``spec`` (the width-scalable model),
@@ -339,8 +260,11 @@ class PERMHetero:
     it: static / rolling / random), ``complexity`` (kappa of the capacity term; 0 = off) and
     ``discrepancy`` ('paper': Sec. 3.3's D as written; 'shared': on the common slice, see
     ``shared_discrepancies``).
-    The global step is partial: w <- w - gamma * (coordinate-wise mean over covering clients of
-    M_j (.) grad f_j(M_j (.) w)), ``global_steps`` times, M_j this round's extraction."""
+    The round is PERM's with masks: the warm-up is partial-training FedAvg, a shuffle step follows the
+    visiting rule, and the global step is partial: w <- w - gamma * (coordinate-wise mean over
+    covering clients of M_j (.) grad f_j(M_j (.) w)), ``global_steps`` times, M_j this round's
+    extraction. Warm-started alpha updates take ``alpha_steps`` projected-GD steps (the exact solver
+    only gives the first alpha)."""
 
     name = "PERM-hetero"
 
@@ -350,12 +274,7 @@ class PERMHetero:
                  global_lr: float = 0.1, global_steps: int = 1, warmup_rounds: int = 0,
                  warmup_lr: float | None = None, alpha_init: str = "uniform",
                  update_every: int | None | str = "epoch", discrepancy: str = "paper", name: str | None = None):
-        _check_model(model, spec)
-        self.model, self.spec = model, spec
-        self.fractions = check_fractions(fractions)
-        if extraction not in EXTRACTIONS:
-            raise ValueError(f"extraction must be one of {EXTRACTIONS}, got {extraction!r}")
-        self.extraction = extraction
+        _set_widths(self, model, spec, fractions, extraction)
         if discrepancy not in DISCREPANCIES:
             raise ValueError(f"discrepancy must be one of {DISCREPANCIES}, got {discrepancy!r}")
         self.discrepancy = discrepancy
@@ -367,84 +286,26 @@ class PERMHetero:
         if name is not None:
             self.name = name
 
-    # -- masks
     def personal_masks(self, data: FederatedDataset) -> Params:
         """m_i: client i's static width-r_i sub-model (its personalized model's architecture)."""
         return static_masks(self.spec, self.fractions, data.device)
 
-    def round_masks(self, s: PERMHeteroState) -> Params:
+    def round_masks(self, s: PERMState) -> Params:
         """M_j^t: the sub-models of the global model's partial training this round."""
         if self.extraction == "static":
             return static_masks(self.spec, self.fractions, s.data.device)
         return masks_for(self.spec, self.fractions, self.extraction, s.round, mask_generator(s.seed, s.round),
                          s.data.device)
 
-    # -- helpers
-    def _alpha(self, s: PERMHeteroState, init: Tensor | None) -> Tensor:
+    def _alpha(self, s: PERMState, init: Tensor | None) -> Tensor:
         solver = "gd" if init is not None else self.alpha_solver
         return hetero_mixing_weights(self.model, s.w, self.personal_masks(s.data), s.data, self.lam,
                                      complexity=self.complexity, solver=solver, steps=self.alpha_steps,
                                      samples=self.alpha_samples, generator=s.generator, init=init,
                                      discrepancy=self.discrepancy, spec=self.spec, fractions=self.fractions)
 
-    def _period(self, n: int) -> int | None:
-        return n if self.update_every == "epoch" else self.update_every
-
-    def init(self, data: FederatedDataset, seed: int) -> PERMHeteroState:
+    def init(self, data: FederatedDataset, seed: int) -> PERMState:
         if len(self.fractions) != data.num_clients:
             raise ValueError(f"fractions has {len(self.fractions)} entries but the data has "
                              f"{data.num_clients} clients")
-        s = PERMHeteroState(data, torch.Generator().manual_seed(seed), seed, 0, self.model.init(seed), None, None,
-                            None, 0)
-        if self.warmup_rounds == 0:
-            self._start(s)
-        return s
-
-    def _start(self, s: PERMHeteroState):
-        n = s.data.num_clients
-        s.v = apply_masks(broadcast(s.w, n), self.personal_masks(s.data))
-        if self.alpha_init == "uniform":
-            s.alpha = torch.full((n, n), 1.0 / n, dtype=torch.float64, device=s.data.device)
-        else:
-            s.alpha = self._alpha(s, None)
-
-    def round(self, s: PERMHeteroState) -> PERMHeteroState:
-        n = s.data.num_clients
-        masks = self.round_masks(s)
-        s = PERMHeteroState(**{**s.__dict__, "round": s.round + 1})
-        if s.v is None:  # partial-training FedAvg warm-up round
-            s.w = partial_training_round(self.model, s.w, masks, s.data, local_steps=self.local_steps,
-                                         lr=self.warmup_lr, batch_size=self.batch_size, generator=s.generator)
-            if s.round >= self.warmup_rounds:
-                self._start(s)
-            return s
-        step = s.shuffle_round % n
-        if step == 0:
-            s.sigma = torch.randperm(n, generator=s.generator)
-        s.v = hetero_shuffle_steps(self.model, s.v, self.personal_masks(s.data), s.data, s.alpha, s.sigma, step,
-                                   local_steps=self.local_steps, lr=self.lr, batch_size=self.batch_size,
-                                   generator=s.generator)
-        s.shuffle_round += 1
-        period = self._period(n)
-        if period is not None and s.shuffle_round % period == 0:
-            self._global_step(s, masks)
-            s.alpha = self._alpha(s, init=s.alpha)
-        return s
-
-    def _global_step(self, s: PERMHeteroState, masks: Params):
-        n = s.data.num_clients
-        for _ in range(self.global_steps):
-            stacked = apply_masks(broadcast(s.w, n), masks)
-            if self.alpha_samples is None:
-                from ..engine.local_sgd import full_gradients
-                grads, _ = full_gradients(self.model, stacked, s.data)
-            else:
-                idx = s.data.sample_indices(torch.arange(n), self.alpha_samples, s.generator)
-                grads, _ = self.model.batched_grad(stacked, s.data.x_train[idx], s.data.y_train[idx])
-            step = partial_average({k: torch.zeros_like(p) for k, p in s.w.items()}, grads, masks)
-            s.w = {k: p - self.global_lr * step[k] for k, p in s.w.items()}
-
-    def personalized(self, s: PERMHeteroState) -> Params:
-        if s.v is None:
-            return apply_masks(broadcast(s.w, s.data.num_clients), self.personal_masks(s.data))
-        return s.v
+        return super().init(data, seed)

@@ -1,10 +1,14 @@
 """The parts every federated round is composed of, written once:
 
-    sample_clients -> client update (``engine.local_sgd``; :func:`client_update` for LocalUpdate's
-    Theta-weighted output) -> aggregate -> server optimizer (``algorithms.server_opt``)
+    sample_clients -> client update (``engine.local_sgd``: :func:`local_round` for FedAvg's local
+    models, :func:`client_update` for LocalUpdate's Theta-weighted output) -> aggregate -> server
+    optimizer (``algorithms.server_opt``)
 
-FedAvg, localized FedAvg, Per-FedAvg, pFedMe, LocalUpdate/MAML/FedProx/Reptile and the Charles et al.
-grid runner draw their clients and average their clients' outputs here. A client update is a call
+Partial training (sub-models of one server model, ``models.width``) is the same round with masks.
+
+FedAvg, localized FedAvg, Per-FedAvg, pFedMe, partial-training FedAvg, PERM's warm-up,
+LocalUpdate/MAML/FedProx/Reptile and the Charles et al. grid runner draw their clients and average
+their clients' outputs here. A client update is a call
 for a set of clients stacked as models; called for one client alone it gives that client's result
 inside the batch (tested), which is the seam a federated engine calls.
 """
@@ -15,7 +19,7 @@ from torch import Tensor
 
 from ..data.federated import FederatedDataset
 from ..engine.local_sgd import local_sgd
-from ..engine.params import Params, mean
+from ..engine.params import Params, apply_masks, broadcast, mean
 
 WEIGHTINGS = ("uniform", "samples")
 
@@ -36,9 +40,35 @@ def client_weights(data: FederatedDataset, clients: Tensor, weighting: str) -> T
     return data.train_sizes[clients].float() if weighting == "samples" else None
 
 
-def aggregate(local: Params, weights: Tensor | None = None, radius: float | None = None) -> Params:
+def local_round(model, w: Params, data: FederatedDataset, clients: Tensor, *, steps: int, lr: float | Tensor,
+                batch_size: int | None, generator: torch.Generator, masks: Params | None = None) -> Params:
+    """FedAvg's client side: broadcast w to ``clients`` (their sub-models m_j (.) w with ``masks``
+    stacked [M, ..]), K (masked) SGD steps each; returns the local models stacked [M, ..]."""
+    start = broadcast(w, len(clients))
+    if masks is not None:
+        start = apply_masks(start, masks)
+    local, _ = local_sgd(model, start, data, clients, steps=steps, lr=lr, batch_size=batch_size,
+                         generator=generator, masks=masks)
+    return local
+
+
+def aggregate(local: Params, weights: Tensor | None = None, radius: float | None = None, *,
+              masks: Params | None = None, base: Params | None = None) -> Params:
     """The server's average of the participants' outputs (stacked [M, ..]), weights normalised; with
-    ``radius`` the average is projected onto the l2 ball of that radius (PERM's Alg. 3)."""
+    ``radius`` the average is projected onto the l2 ball of that radius (PERM's Alg. 3).
+
+    With ``masks`` (partial training: each output covers its sub-model only) every coordinate is
+    averaged over the participants whose mask covers it, w_c = sum_j M_jc u_jc / sum_j M_jc, and a
+    coordinate nobody covers keeps its value in ``base``."""
+    if masks is not None:
+        if weights is not None or radius is not None or base is None:
+            raise ValueError("a masked aggregate takes base (the values of uncovered coordinates), "
+                             "and no weights or radius")
+        out = {}
+        for k, p in base.items():
+            count = masks[k].sum(0)
+            out[k] = torch.where(count > 0, (local[k] * masks[k]).sum(0) / count.clamp_min(1), p)
+        return out
     w = mean(local, weights)
     if radius is not None:
         norm = torch.sqrt(sum((v ** 2).sum() for v in w.values()))

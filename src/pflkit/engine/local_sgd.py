@@ -45,10 +45,14 @@ def expand_lr(lr: float | Tensor, steps: int, n: int, device) -> Tensor:
 def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, clients: Tensor, *,
               steps: int, lr: float | Tensor, batch_size: int | None, generator: torch.Generator,
               prox: float = 0.0, anchor: Params | None = None,
-              grad_weights: Tensor | None = None):
+              grad_weights: Tensor | None = None, masks: Params | None = None):
     """Run ``steps`` minibatch SGD steps for every stacked model.
 
     v_i <- v_i - lr[s, i] * g_{s,i},  g_{s,i} = grad f_{schedule[s, i]}(v_i; batch) + prox * (v_i - anchor_i)
+
+    With ``masks`` (0/1, stacked like ``params``) every model trains its sub-model m_i:
+    g_{s,i} = m_i (.) grad f(m_i (.) v_i; batch) (+ the prox term), so coordinates outside m_i never move
+    (PERM-hetero, partial-training FedAvg; ``models.width``).
 
     ``batch_size=None`` uses each client's whole train split at every step (exact local GD); no
     random draws are made then, and dropout layers stay off. Minibatch steps run a model's dropout
@@ -67,6 +71,8 @@ def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, cl
     lrs = expand_lr(lr, steps, n, data.device)
     if prox and anchor is None:
         raise ValueError("prox > 0 needs an anchor (the parameters to stay close to)")
+    if masks is not None and (set(masks) != set(params) or num_models(masks) != n):
+        raise ValueError("masks must have the same names and number of models as params")
     full = batch_size is None
     if full:
         x_pad, y_pad, mask = data.padded("train")
@@ -82,16 +88,17 @@ def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, cl
     cur = [params[k].clone() for k in names]
     dims = sorted({p.dim() for p in cur})
     anchors = None if not prox else [anchor[k] for k in names]
+    mask_list = None if masks is None else [masks[k] for k in names]
     acc = None
     if grad_weights is not None:
         theta = expand_lr(grad_weights, steps, n, data.device)
         acc = [torch.zeros_like(p) for p in cur]
     # plain SGD on graph-free tensors: the model applies the step itself (engine.stacked folds it into
     # the weight-gradient matmul); prox, grad_weights or differentiable inputs take the general path
-    fused = (not prox and acc is None and not dropout and hasattr(model, "sgd_step_")
+    fused = (not prox and acc is None and mask_list is None and not dropout and hasattr(model, "sgd_step_")
              and not (torch.is_grad_enabled() and any(p.requires_grad for p in cur)))
     for s in range(steps):
-        stacked = dict(zip(names, cur))
+        stacked = dict(zip(names, cur if mask_list is None else torch._foreach_mul(cur, mask_list)))
         if full:
             c = sched_dev[s]
             grads, loss = model.batched_full_grad(stacked, x_pad[c], y_pad[c], mask[c])
@@ -105,6 +112,8 @@ def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, cl
             grads, loss = model.train_grad(stacked, x, y, seeds[s]) if dropout else model.batched_grad(stacked, x, y)
         losses[s] = loss
         g = [grads[k] for k in names]
+        if mask_list is not None:  # m (.) g
+            g = torch._foreach_mul(g, mask_list)
         if prox:  # g + prox * (v - anchor)
             g = torch._foreach_add(g, torch._foreach_mul(torch._foreach_sub(cur, anchors), prox))
         if acc is not None:

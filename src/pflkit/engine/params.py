@@ -48,6 +48,11 @@ def num_models(stacked: Params) -> int:
     return next(iter(stacked.values())).shape[0]
 
 
+def apply_masks(params: Params, masks: Params) -> Params:
+    """m (.) v for every tensor: a model's sub-model (0/1 masks, ``models.width``)."""
+    return {k: p * masks[k] for k, p in params.items()}
+
+
 def scale_like(scale: Tensor, like: Tensor) -> Tensor:
     """Reshape a per-model vector [n] to broadcast against a stacked tensor [n, ..]."""
     return scale.reshape(-1, *([1] * (like.dim() - 1)))
