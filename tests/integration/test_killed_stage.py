@@ -34,7 +34,7 @@ def _project(tmp_path: Path, name: str) -> Path:
         shutil.copy(ROOT / twin, proj / twin)
     spec = yaml.safe_load((ROOT / "dvc.yaml").read_text())
     spec["stages"] = {STAGE: spec["stages"][STAGE]}
-    spec["stages"][STAGE]["deps"] = [d for d in spec["stages"][STAGE]["deps"] if d != "src/pflkit"]
+    spec["stages"][STAGE]["deps"] = [d for d in spec["stages"][STAGE]["deps"] if not d.startswith("src/")]
     spec.pop("plots", None)
     (proj / "dvc.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     params = yaml.safe_load((ROOT / "params.yaml").read_text())

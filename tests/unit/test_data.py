@@ -1,6 +1,7 @@
 """Partitioners, the PERM synthetic generator, and FederatedDataset bookkeeping."""
 import numpy as np
 import pytest
+import torch
 
 from pflkit.data import FederatedDataset, classes_per_client, dirichlet, iid, partition, perm_synthetic
 from pflkit.data.synthetic import perm_synthetic_arrays
@@ -80,3 +81,47 @@ def test_label_counts(mixed):
     counts = mixed.label_counts()
     assert counts.shape == (5, 3)
     assert counts.sum(1).tolist() == mixed.train_sizes.tolist()
+
+
+# ------------------------------------------------------------------ minibatch order
+def _uneven_federation():
+    g = torch.Generator().manual_seed(0)
+    sizes = [7, 12, 5]
+    train = [(torch.randn(n, 2, generator=g), torch.zeros(n, dtype=torch.long)) for n in sizes]
+    test = [(torch.randn(2, 2, generator=g), torch.zeros(2, dtype=torch.long)) for _ in sizes]
+    return FederatedDataset.from_client_arrays(train, test, 2, "uneven")
+
+
+def test_shuffled_batches_are_passes_over_a_permutation_of_each_clients_rows():
+    """With batch_order='shuffled' each model reads its client's rows as whole passes: every pass of
+    n_c consecutive draws is a permutation of the client's rows (exact), and passes differ."""
+    data = _uneven_federation().with_batch_order("shuffled")
+    clients = torch.tensor([0, 1, 2, 0])  # two models on client 0 draw independently
+    steps, batch = 9, 4  # 36 draws: several passes of 7, 12 and 5 rows
+    idx = data.sample_indices(clients.unsqueeze(0).expand(steps, 4), batch, torch.Generator().manual_seed(3))
+    assert idx.shape == (steps, 4, batch)
+    for col, c in enumerate(clients.tolist()):
+        n, off = int(data.train_sizes[c]), int(data.train_offsets[c])
+        seq = idx[:, col, :].reshape(-1) - off
+        passes = [seq[p * n:(p + 1) * n] for p in range(len(seq) // n)]
+        for p in passes:
+            assert sorted(p.tolist()) == list(range(n))
+        assert any(not torch.equal(passes[0], p) for p in passes[1:])
+    assert not torch.equal(idx[:, 0], idx[:, 3])
+    again = data.sample_indices(clients.unsqueeze(0).expand(steps, 4), batch, torch.Generator().manual_seed(3))
+    assert torch.equal(idx, again)
+
+
+def test_batch_order_default_is_with_replacement_and_bad_orders_are_refused():
+    data = _uneven_federation()
+    assert data.batch_order == "replacement"
+    u = torch.rand(2, 3, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    clients = torch.tensor([[0, 1, 2], [0, 1, 2]])
+    sizes = data.train_sizes[clients].unsqueeze(-1)
+    want = data.train_offsets[clients].unsqueeze(-1) + torch.minimum((u * sizes).long(), sizes - 1)
+    assert torch.equal(data.sample_indices(clients, 4, torch.Generator().manual_seed(1)), want)
+    with pytest.raises(ValueError, match=r"batch_order must be one of \('replacement', 'shuffled'\), got 'sorted'"):
+        data.with_batch_order("sorted")
+    moving = torch.tensor([[0, 1], [1, 1]])
+    with pytest.raises(ValueError, match="stay on one client"):
+        data.with_batch_order("shuffled").sample_indices(moving, 2, torch.Generator())

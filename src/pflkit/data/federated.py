@@ -14,6 +14,9 @@ import torch
 from torch import Tensor
 
 
+BATCH_ORDERS = ("replacement", "shuffled")
+
+
 @dataclass
 class FederatedDataset:
     x_train: Tensor
@@ -28,6 +31,9 @@ class FederatedDataset:
     name: str  # the data that actually ran (e.g. "fashion-mnist")
     paper_dataset: str | None = None  # what the paper used, when a substitute ran instead
     groups: Tensor | None = None  # optional ground-truth client groups (synthetic data)
+    #: how minibatches are drawn (``sample_indices``): "replacement" (uniform, with replacement) or
+    #: "shuffled" (passes over a fresh permutation of the client's rows within each call)
+    batch_order: str = "replacement"
     _padded: dict = field(default_factory=dict, repr=False, compare=False)
 
     # ----------------------------------------------------------------- construction
@@ -112,6 +118,12 @@ class FederatedDataset:
             x_test=self.x_test.to(device), y_test=self.y_test.to(device), _padded={},
         )
 
+    def with_batch_order(self, order: str) -> "FederatedDataset":
+        """The same data (tensors shared) drawing its minibatches in ``order`` (see ``BATCH_ORDERS``)."""
+        if order not in BATCH_ORDERS:
+            raise ValueError(f"batch_order must be one of {BATCH_ORDERS}, got {order!r}")
+        return replace(self, batch_order=order, _padded=self._padded)
+
     def client(self, j: int, split: str = "train") -> tuple[Tensor, Tensor]:
         x, y, off, size = self._split(split)
         a, b = int(off[j]), int(off[j] + size[j])
@@ -126,19 +138,49 @@ class FederatedDataset:
 
     # ----------------------------------------------------------------- sampling
     def sample_indices(self, clients: Tensor, batch_size: int, generator: torch.Generator) -> Tensor:
-        """Uniform with-replacement minibatch indices into ``x_train``.
+        """Minibatch indices into ``x_train``, drawn as ``batch_order`` says.
 
         ``clients`` is any integer tensor of client ids (e.g. [steps, models]); the result has shape
         ``clients.shape + (batch_size,)`` and lives on the data's device. Draws use ``generator``
         (a CPU generator), so they are identical on every device.
+
+        - "replacement": every row uniform over the client's rows, independently.
+        - "shuffled": the first dimension is the step; along it each column (a model on its client)
+          reads its client's rows in the order of a fresh random permutation, batch after batch, and
+          starts a new permutation when one is used up (epochs of shuffled passes, as a shuffling
+          data loader). A 1-D ``clients`` is one batch per entry (rows without replacement when the
+          client has at least ``batch_size`` of them). Every column must stay on one client.
         """
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
         clients = torch.as_tensor(clients, dtype=torch.long).cpu()
-        sizes = self.train_sizes[clients].unsqueeze(-1)
-        u = torch.rand(*clients.shape, batch_size, generator=generator, dtype=torch.float64)
-        local = torch.minimum((u * sizes).long(), sizes - 1)
+        if self.batch_order == "shuffled":
+            local = self._shuffled_rows(clients.unsqueeze(0) if clients.dim() == 1 else clients, batch_size,
+                                        generator)
+            local = local.reshape(*clients.shape, batch_size)
+        else:
+            sizes = self.train_sizes[clients].unsqueeze(-1)
+            u = torch.rand(*clients.shape, batch_size, generator=generator, dtype=torch.float64)
+            local = torch.minimum((u * sizes).long(), sizes - 1)
         return (self.train_offsets[clients].unsqueeze(-1) + local).to(self.device)
+
+    def _shuffled_rows(self, clients: Tensor, batch_size: int, generator: torch.Generator) -> Tensor:
+        """Client-local row numbers [S, ..., B] for ``clients`` [S, ...]: shuffled passes per column."""
+        steps = clients.shape[0]
+        cols = clients.reshape(steps, -1)
+        if not bool((cols == cols[:1]).all()):
+            raise ValueError("batch_order='shuffled' needs every model to stay on one client within a call "
+                             "(a [steps, N] schedule whose columns change client)")
+        sizes = self.train_sizes[cols[0]]  # [C]
+        total = steps * batch_size
+        passes = -(-total // int(sizes.min()))
+        width = int(sizes.max())
+        keys = torch.rand(cols.shape[1], passes, width, generator=generator, dtype=torch.float64)
+        keys = keys.masked_fill(torch.arange(width) >= sizes[:, None, None], 2.0)  # padding sorts last
+        perm = keys.argsort(-1)  # [C, passes, width]: each pass starts with a permutation of the client's rows
+        t = torch.arange(total)
+        rows = perm[torch.arange(cols.shape[1])[:, None], t[None, :] // sizes[:, None], t[None, :] % sizes[:, None]]
+        return rows.reshape(-1, steps, batch_size).transpose(0, 1)  # [S, C, B]
 
     def padded(self, split: str = "test") -> tuple[Tensor, Tensor, Tensor]:
         """All clients' ``split`` data as [N, max_n, ...] with a boolean mask [N, max_n] (cached)."""

@@ -1,0 +1,88 @@
+"""The stage table (pflkit.stages), dvc.yaml generated from it, the import walk behind each stage's
+deps, and the ``tune`` command's refusal of stages it cannot sweep."""
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pflkit import stages
+from pflkit.__main__ import main
+from pflkit.config import StageConfig, registry
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("dvc_stages", ROOT / "scripts/dvc_stages.py")
+dvc_stages = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(dvc_stages)
+
+
+def test_dvc_yaml_is_generated_from_the_stage_table(capsys):
+    assert dvc_stages.main(["--check"]) == 0, capsys.readouterr().err
+
+
+def test_every_stage_names_its_notebook_paper_and_config():
+    assert len(stages.BY_NAME) == len(stages.STAGES), "stage names are unique"
+    for s in stages.STAGES:
+        assert (ROOT / s.notebook).is_file() and (ROOT / s.ipynb).is_file(), s.name
+        assert s.notebook.startswith(f"notebooks/{s.paper}/"), s.name
+    configs = registry()
+    assert list(configs) == [s.name for s in stages.STAGES]
+    assert all(issubclass(c, StageConfig) for c in configs.values())
+
+
+def test_tunable_stages_are_the_ones_the_sweep_runs():
+    from pflkit.experiments import perm
+    assert sorted(stages.tunable()) == sorted(perm.FIGURES)
+
+
+def _fresh(code: str) -> str:
+    return subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                          cwd=ROOT).stdout.strip()
+
+
+def test_registry_has_no_import_side_effects_and_one_lookup_imports_one_module():
+    loaded = "sorted(m for m in sys.modules if m.startswith('pflkit.experiments.'))"
+    assert _fresh(f"import sys, pflkit.config, pflkit.experiments; print({loaded})") == "[]"
+    assert _fresh(f"import sys; from pflkit.config import stage_config; stage_config('chayti_fig2'); "
+                  f"print({loaded})") == "['pflkit.experiments.chayti']"
+
+
+def _write(path: Path, text: str):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_import_walk_finds_lazy_relative_and_parent_package_imports(tmp_path):
+    src = tmp_path / "src"
+    _write(src / "pkg/__init__.py", "")
+    _write(src / "pkg/a.py", "from .sub import b\n\ndef later():\n    from . import lazy\n    import pkg.deep.x\n")
+    _write(src / "pkg/sub/__init__.py", "")
+    _write(src / "pkg/sub/b.py", "import os\nfrom ..c import thing\n")
+    _write(src / "pkg/c.py", "thing = 1\n")
+    _write(src / "pkg/lazy.py", "")
+    _write(src / "pkg/deep/__init__.py", "from . import y\n")
+    _write(src / "pkg/deep/x.py", "")
+    _write(src / "pkg/deep/y.py", "")
+    _write(src / "pkg/unused.py", "")
+    _write(tmp_path / "nb.py", "import numpy\nfrom pkg import a\n")
+    found = dvc_stages.import_closure([tmp_path / "nb.py"], [], src)
+    assert sorted(p.relative_to(src).as_posix() for p in found) == [
+        "pkg/__init__.py", "pkg/a.py", "pkg/c.py", "pkg/deep/__init__.py", "pkg/deep/x.py", "pkg/deep/y.py",
+        "pkg/lazy.py", "pkg/sub/__init__.py", "pkg/sub/b.py"]
+
+
+def test_data_imports_nothing_of_the_engine():
+    found = dvc_stages.import_closure([], ["pflkit.data", "pflkit.data.quadratic_users",
+                                           "pflkit.data.quadratic_clients"], ROOT / "src")
+    assert not [p for p in found if "engine" in p.relative_to(ROOT / "src").parts]
+
+
+@pytest.mark.parametrize("stage, why", [("chayti_fig2", "it has no learning-rate sweep"),
+                                        ("nope", "no such stage")])
+def test_tune_refuses_a_stage_it_cannot_sweep(stage, why, capsys):
+    assert main(["tune", stage, "--params", str(ROOT / "params.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert f"cannot tune stage {stage!r} ({why})" in err
+    assert "stages it can tune: perm_fig1, perm_fig2, perm_fig4" in err
+    assert "Traceback" not in err
