@@ -110,9 +110,29 @@ def load_stages():
 
 
 def code_deps(stage, root: Path = ROOT) -> list[str]:
-    """The src/pflkit files ``stage`` can import, sorted, relative to ``root``."""
+    """The src/pflkit files ``stage`` can import, sorted, relative to ``root``; a subpackage whose
+    every .py file is among them is listed as its folder (DVC hashes the folder; .dvcignore leaves
+    out __pycache__)."""
     files = import_closure([root / stage.notebook], [stage.config_module, *RUNNER_MODULES], root / "src")
-    return sorted(p.relative_to(root).as_posix() for p in files)
+    return collapse(files, root / "src" / "pflkit", root)
+
+
+def collapse(files: set[Path], package: Path, root: Path) -> list[str]:
+    """``files`` as sorted repo-relative paths, each fully covered subpackage of ``package`` as one folder."""
+    files = {p.resolve() for p in files}
+    out: list[str] = []
+
+    def walk(folder: Path, top: bool) -> None:
+        sources = {p.resolve() for p in folder.rglob("*.py") if "__pycache__" not in p.parts}
+        if not top and sources and sources <= files:
+            out.append(folder.relative_to(root).as_posix())
+            return
+        out.extend(p.relative_to(root).as_posix() for p in sorted(folder.glob("*.py")) if p.resolve() in files)
+        for sub in sorted(d for d in folder.iterdir() if d.is_dir() and d.name != "__pycache__"):
+            walk(sub, False)
+
+    walk(package, True)
+    return sorted(out)
 
 
 def render(stages, root: Path = ROOT) -> str:

@@ -3,7 +3,7 @@
 LocalUpdate with Theta_{1:K} on FEMNIST (CNN), CIFAR-100 (ResNet-18 + GroupNorm) and Shakespeare
 (char-LSTM). Every figure is a grid of settings (client lr gamma, server lr eta, server momentum,
 proximal alpha) run **batched**: :func:`run_grid` stacks all settings x sampled clients as one batch of
-models for ``engine.local_sgd`` (one call per distinct alpha, since the engine's prox is a scalar),
+models for ``algorithms.round.client_update`` (one call per distinct alpha: the prox is a scalar),
 and applies each setting's server optimizer on stacked tensors. All settings see the same clients
 each round (App. E.2: "we use a random seed to fix which clients are sampled at each round") and
 start from the same initial model. With one setting, :func:`run_grid` reproduces
@@ -38,18 +38,18 @@ from pydantic import Field, field_validator, model_validator
 from torch import Tensor
 from torch.func import vmap
 
-from ..algorithms.local_update import sample_clients
+from ..algorithms.round import client_update, sample_clients
+from ..algorithms.server_opt import MOMENTUM_KINDS, momentum_step
 from ..config import (HLDA_DEFAULTS, PARTITION_OPTIONS, DatasetName, Section, Seed, StageConfig,
                       image_partition_problems, raise_problems, short_repr)
 from ..data.federated import FederatedDataset
 from ..engine import FunctionalModel, resolve_device
-from ..engine.local_sgd import local_sgd
-from ..engine.params import Params, broadcast
+from ..engine.params import Params, broadcast, scale_like
 from ..progress import note
 from ..report import environment
 
 TASKS = ("femnist", "cifar100", "shakespeare")
-SERVER_KINDS = ("gd", "heavy_ball", "nesterov")
+SERVER_KINDS = MOMENTUM_KINDS  # a grid steps its gd, heavy-ball and Nesterov settings together
 SERVER_LABELS = {"gd": "no momentum", "nesterov": "Nesterov", "heavy_ball": "heavy-ball"}
 
 
@@ -81,10 +81,6 @@ class GridRun:
     history: pd.DataFrame  # round, setting, gamma, eta, server, momentum, alpha, variant, metric, value
     diverged: pd.DataFrame  # setting, gamma, eta, ..., round (first round seen diverged), reason
     seconds: float
-
-
-def _scale(v: Tensor, like: Tensor) -> Tensor:
-    return v.reshape(-1, *([1] * (like.dim() - 1)))
 
 
 def eval_batch(data: FederatedDataset, split: str, samples: int, seed: int):
@@ -126,10 +122,11 @@ def run_grid(model: FunctionalModel, data: FederatedDataset, settings: list[Sett
              show_progress: bool = False, label: str = "") -> GridRun:
     """LocalUpdate(Theta_{1:K}, alpha, gamma, B, M, ServerOpt) for every setting at once.
 
-    Per round: M clients (one draw, shared by all settings), then for each distinct alpha one
-    ``local_sgd`` call over (settings x clients) stacked models returning sum_k g_k (Theta_{1:K});
-    q = mean over clients; server step per setting: buf = beta buf + q; x -= eta (q + beta buf) for
-    Nesterov, eta buf otherwise (torch.optim.SGD's rule, as ``ServerOpt``)."""
+    The round is LocalUpdate's, from the same parts (``algorithms.round``): M clients (one draw,
+    shared by all settings), then for each distinct alpha one ``client_update`` over (settings x
+    clients) stacked models returning sum_k g_k (Theta_{1:K}); q = mean over clients; each setting's
+    server step is ``algorithms.server_opt.momentum_step`` with that setting's lr, momentum and
+    Nesterov flag (gd, heavy-ball and Nesterov settings step together)."""
     if not settings:
         raise ValueError("settings must list at least one Setting")
     for name, v in (("rounds", rounds), ("local_steps", local_steps), ("batch_size", batch_size),
@@ -143,12 +140,12 @@ def run_grid(model: FunctionalModel, data: FederatedDataset, settings: list[Sett
     beta = torch.tensor([s.momentum for s in settings], device=dev)
     nesterov = torch.tensor([s.server == "nesterov" for s in settings], device=dev)
     x = broadcast(model.init(seed), G)
-    buf = {k: torch.zeros_like(v) for k, v in x.items()}
+    buf = {k: torch.zeros_like(v) for k, v in x.items()}  # the momentum buffers (zero for gd)
     gen = torch.Generator().manual_seed(seed)
     alive = torch.ones(G, dtype=torch.bool)
     first: dict[int, float] = {}
     rows, dead = [], []
-    theta = torch.ones(local_steps, 1)
+    theta = torch.ones(local_steps)  # Theta_{1:K}
     start = time.perf_counter()
 
     def record(r):
@@ -178,18 +175,16 @@ def run_grid(model: FunctionalModel, data: FederatedDataset, settings: list[Sett
         for a in sorted({settings[g].alpha for g in alive.nonzero().flatten().tolist()}):
             idx = torch.tensor([g for g in alive.nonzero().flatten().tolist() if settings[g].alpha == a])
             start_p = {k: v[idx.to(dev)].repeat_interleave(M, 0) for k, v in x.items()}
-            _, _, acc = local_sgd(model, start_p, data, clients.repeat(len(idx)), steps=local_steps,
-                                  lr=gamma[idx.to(dev)].repeat_interleave(M), batch_size=batch_size, generator=gen,
-                                  prox=a, anchor=start_p if a else None, grad_weights=theta.to(dev))
+            acc = client_update(model, start_p, data, clients.repeat(len(idx)), theta=theta,
+                                gamma=gamma[idx.to(dev)].repeat_interleave(M), alpha=a, batch_size=batch_size,
+                                generator=gen)
             for k in q:
                 q[k][idx.to(dev)] = acc[k].reshape(len(idx), M, *acc[k].shape[1:]).mean(1)
         live = alive.to(dev)
-        for k in x:
-            b = _scale(beta, x[k]) * buf[k] + q[k]
-            step = torch.where(_scale(nesterov, x[k]), q[k] + _scale(beta, x[k]) * b, b)
-            upd = x[k] - _scale(eta, x[k]) * step
-            x[k] = torch.where(_scale(live, x[k]), upd, x[k])
-            buf[k] = torch.where(_scale(live, x[k]), b, buf[k])
+        upd, new_buf = momentum_step(x, q, buf, eta, beta, nesterov)
+        for k in x:  # dropped settings keep their last iterate
+            x[k] = torch.where(scale_like(live, x[k]), upd[k], x[k])
+            buf[k] = torch.where(scale_like(live, x[k]), new_buf[k], buf[k])
         if (r + 1) % max(1, rounds // 10) == 0:  # about every 10% of the rounds
             line = (f"{label}round {r + 1}/{rounds}: {int(alive.sum())}/{G} settings alive "
                     f"({time.perf_counter() - start:.1f} s)")
