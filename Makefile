@@ -1,7 +1,7 @@
 # The two commands a researcher needs:
 #   make reproduce   set up .venv if missing, fetch offline data, run the whole DVC pipeline
-#   make test        set up .venv if missing, run every notebook (nbval), the smoke-result regression,
-#                    unit and integration tests
+#   make test        set up .venv if missing, lint (ruff check), run every notebook (nbval), the
+#                    smoke-result regression, unit and integration tests
 # Torch threads follow OMP_NUM_THREADS (params.yaml `threads: auto`): OMP_NUM_THREADS=2 make test.
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -13,7 +13,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 NBVAL := --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: reproduce test test-notebooks check-lock setup kernel data notebooks bench validate clean
+.PHONY: reproduce test lint test-notebooks check-lock setup kernel data notebooks bench validate clean
 
 # torch==2.13.0 first: the CPU build this workplace serves locally (a bare `torch` pulls CUDA wheels)
 $(STAMP): pyproject.toml
@@ -37,10 +37,15 @@ validate: setup
 reproduce: setup data validate
 	dvc repro
 
-# notebooks first: nbval executes each one with its smoke defaults, writing build/smoke/<stage>/, which
-# tests/regression then compares with the expected values within measured tolerances
-test: setup data
+# lint first (ruff, configured in pyproject.toml); then notebooks: nbval executes each one with its smoke
+# defaults, writing build/smoke/<stage>/, which tests/regression then compares with the expected values
+# within measured tolerances
+test: setup data lint
 	$(PY) -m pytest notebooks tests $(NBVAL)
+
+# ruff check (pyflakes, pycodestyle, bugbear; settings in pyproject.toml [tool.ruff])
+lint: setup
+	$(PY) -m ruff check .
 
 # the notebook regression alone (nbval + smoke results); .ci/run repeats it with 2 threads
 test-notebooks: setup data

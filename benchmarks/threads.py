@@ -77,7 +77,8 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         label = "default (before: one per core)" if r["threads"] == "default" else r["threads"]
         note = "" if r["status"] == "ok" else r["status"]
-        lines.append(f"| {r['stage']} | {label} | {'busy' if r['busy_core'] else 'idle'} | {r['seconds']:.1f} | {note} |")
+        lines.append(f"| {r['stage']} | {label} | {'busy' if r['busy_core'] else 'idle'} | "
+                     f"{r['seconds']:.1f} | {note} |")
     return "\n".join(lines)
 
 

@@ -3,9 +3,9 @@
     python scripts/check_dvc_lock.py        (make check-lock; .ci/run runs it)
 
 Runs ``dvc status --json`` and reports every stage whose recorded command, dependencies (the notebook
-twin, src/pflkit) or params differ from the tree. Outputs are not checked, nor dependencies that are
-another stage's outputs (a fresh clone has none: they live in DVC's cache). The fix: re-run the
-affected stages (``dvc repro``) and commit dvc.lock with the change that caused it.
+twin, the src/pflkit files it imports) or params differ from the tree. Outputs are not checked, nor
+dependencies that are another stage's outputs (a fresh clone has none: they live in DVC's cache). The
+fix: re-run the affected stages (``dvc repro``) and commit dvc.lock with the change that caused it.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ def make_mixed_clients(sizes=(7, 23, 3, 41, 12), dim=6, num_classes=3, seed=0, t
     """Clients of unequal sizes with client-specific label rules."""
     rng = np.random.default_rng(seed)
     train, test_ = [], []
-    for j, n in enumerate(sizes):
+    for n in sizes:
         w = rng.standard_normal((dim, num_classes))
         for count, bucket in ((n, train), (test, test_)):
             x = rng.standard_normal((count, dim)).astype(np.float32)

@@ -110,7 +110,8 @@ def report() -> dict:
              "| stage | values | max abs diff | max rel diff | labels changed | worst value (condition) |",
              "|---|---|---|---|---|---|"]
     for stage, e in stages.items():
-        worst = "" if e["worst"] is None else f"`{e['worst'][0]}`: {e['worst'][1]:.6g} vs {e['worst'][2]:.6g} ({e['worst'][3]})"
+        worst = ("" if e["worst"] is None
+                 else f"`{e['worst'][0]}`: {e['worst'][1]:.6g} vs {e['worst'][2]:.6g} ({e['worst'][3]})")
         lines.append(f"| {stage} | {e['values']} | {e['max_abs']:.3g} | {e['max_rel']:.3g} | "
                      f"{len(e['changed_labels'])} | {worst} |")
     (HERE / "TOLERANCES.md").write_text("\n".join(lines) + "\n")

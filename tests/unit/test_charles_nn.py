@@ -23,7 +23,8 @@ def test_femnist_cnn_shapes_and_paper_size():
     m = femnist_cnn((1, 28, 28), 62)
     assert m(torch.rand(3, 1, 28, 28)).shape == (3, 62)
     # Reddi et al.'s CNN: 32 and 64 3x3 filters, dense 128 on 64 x 12 x 12 features, 62 outputs
-    assert sum(p.numel() for p in m.parameters()) == (9 * 32 + 32) + (9 * 32 * 64 + 64) + (9216 * 128 + 128) + (128 * 62 + 62)
+    assert sum(p.numel() for p in m.parameters()) == ((9 * 32 + 32) + (9 * 32 * 64 + 64) + (9216 * 128 + 128)
+                                                      + (128 * 62 + 62))
     assert femnist_cnn((1, 28, 28), 10, width=0.25)(torch.rand(2, 1, 28, 28)).shape == (2, 10)
     with pytest.raises(ValueError, match="width"):
         femnist_cnn(width=0)
@@ -118,8 +119,9 @@ def test_grid_of_settings_equals_separate_local_update_runs():
     data = tiny_data(num_clients=3, n=2)
     data = FederatedDataset.from_client_arrays([data.client(j) for j in range(3)],
                                                [data.client(j, "test") for j in range(3)], 2, "tiny1")
-    data = FederatedDataset(data.x_train[[0, 2, 4]], data.y_train[[0, 2, 4]], torch.arange(3), torch.ones(3, dtype=torch.long),
-                            data.x_test, data.y_test, data.test_offsets, data.test_sizes, 2, "one-each")
+    data = FederatedDataset(data.x_train[[0, 2, 4]], data.y_train[[0, 2, 4]], torch.arange(3),
+                            torch.ones(3, dtype=torch.long), data.x_test, data.y_test, data.test_offsets,
+                            data.test_sizes, 2, "one-each")
     model = tiny_model()
     settings = [E.Setting(0.1, 0.5), E.Setting(0.05, 0.2, "heavy_ball", 0.9), E.Setting(0.2, 0.3, "nesterov", 0.5),
                 E.Setting(0.1, 0.5, alpha=1.0), E.Setting(0.0, 0.4)]

@@ -190,7 +190,8 @@ def test_quadratic_users_moments_and_constants():
     xi = users.sample(4000, gen(0))
     assert xi.shape == (4000, 51, 2)
     torch.testing.assert_close(xi[:, 0].mean(0), torch.zeros(2, dtype=torch.float64), atol=0.15, rtol=0)
-    torch.testing.assert_close(xi[:, 1:].mean((0, 1)), torch.tensor([3.0, -1.0], dtype=torch.float64), atol=0.02, rtol=0)
+    torch.testing.assert_close(xi[:, 1:].mean((0, 1)), torch.tensor([3.0, -1.0], dtype=torch.float64),
+                               atol=0.02, rtol=0)
     assert abs(float((xi - xi.mean(0)).std()) - 2.0) < 0.02
     assert users.mu == 0.5 and users.smoothness == 2.0
     assert users.zeta_sq == pytest.approx(6.0 ** 2 + 0.5 ** 2)

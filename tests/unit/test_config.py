@@ -28,7 +28,8 @@ def test_stage_values_add_runner_paths():
 @pytest.mark.parametrize("key, value, match", [
     ("rounds", 0, r"perm_fig1\.rounds: Input should be greater than or equal to 1 \(got 0\)"),
     ("local_steps", 0, r"local_steps: .*greater than or equal to 1"),
-    ("lr", {"local": -0.1, "fedavg": 0.1, "localized_fedavg": 0.1}, r"lr: .*values > 0; bad entries: \{'local': -0.1\}"),
+    ("lr", {"local": -0.1, "fedavg": 0.1, "localized_fedavg": 0.1},
+     r"lr: .*values > 0; bad entries: \{'local': -0.1\}"),
     ("lr", {"fedavg": 0.1}, r"perm_fig1\.lr: no value for methods \['local', 'localized_fedavg', 'perm',"),
     ("num_clients", 1, r"num_clients: .*greater than or equal to 2"),
     ("test_fraction", 1.5, r"test_fraction: .*less than 1"),

@@ -99,7 +99,8 @@ def test_localized_fedavg_beats_fedavg_on_synthetic():
     (dict(local_steps=0, lr=0.1, batch_size=2), "local_steps must be an integer > 0"),
     (dict(local_steps=1, lr=-1.0, batch_size=2), "lr must be a number > 0"),
     (dict(local_steps=1, lr=0.1, batch_size=0), "batch_size must be an integer > 0"),
-    (dict(local_steps=1, lr=0.1, batch_size=2, clients_per_round=1.5), r"clients_per_round must be an integer > 0, got 1.5"),
+    (dict(local_steps=1, lr=0.1, batch_size=2, clients_per_round=1.5),
+     r"clients_per_round must be an integer > 0, got 1.5"),
     (dict(local_steps=1, lr=0.1, batch_size=2, weighting="median"), "weighting must be"),
 ])
 def test_bad_hyperparameters_are_rejected(kwargs, match):

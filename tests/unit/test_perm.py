@@ -31,7 +31,6 @@ def test_gd_equals_water_filling_and_bisection(seed, lam):
     for i in range(len(n)):
         torch.testing.assert_close(exact[i], ref.water_filling_bisection(d[i], n, lam), atol=1e-9, rtol=0)
     # no feasible point does better (random simplex points)
-    g = torch.Generator().manual_seed(seed)
     rand = torch.distributions.Dirichlet(torch.ones(len(n))).sample((200,)).double()
     best = objective(exact, d, n, lam)
     for i in range(len(n)):

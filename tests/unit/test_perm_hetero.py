@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from pflkit.algorithms.perm import PERM, shuffle_steps, water_filling
-from pflkit.algorithms.perm_hetero import PartialFedAvg, PERMHetero, complexity_costs, hetero_mixing_weights, solve_alpha
+from pflkit.algorithms.perm_hetero import (PartialFedAvg, PERMHetero, complexity_costs, hetero_mixing_weights,
+                                           solve_alpha)
 from pflkit.algorithms.round import aggregate, local_round
 from pflkit.engine.params import apply_masks
 from pflkit.data import perm_synthetic
@@ -163,7 +164,7 @@ def test_every_trained_model_respects_its_budget(mixed):
     budget = torch.tensor([count_parameters(spec.build(spec.units(r))) for r in FRACTIONS])
     assert torch.equal(num_parameters(masks), budget)
     s = algo.init(mixed, 0)
-    for r in range(9):
+    for _ in range(9):
         before = s.v
         s = algo.round(s)
         if before is None:

@@ -57,7 +57,8 @@ BAD = [  # (stage, dotted key, bad value, regex the message must match)
     ("perm_fig1", "methods", ["fedavg", "fedprox"], r"perm_fig1\.methods: .*unknown: \['fedprox'\]"),
     ("perm_fig1", "perm.alpha_solver", "newton", r"perm_fig1\.perm\.alpha_solver: must be one of .*'newton'"),
     ("perm_fig2", "model.name", "resnet1000", r"perm_fig2\.model\.name: must be one of .*'resnet1000'"),
-    ("perm_fig2", "partition.scheme", "pathological", r"perm_fig2\.partition(\.scheme)?: .*must be one of .*'pathological'"),
+    ("perm_fig2", "partition.scheme", "pathological",
+     r"perm_fig2\.partition(\.scheme)?: .*must be one of .*'pathological'"),
     ("perm_fig6", "schemes", {"x": {"scheme": "shards"}}, r"perm_fig6\..*scheme.* must be one of .*'shards'"),
     ("perm_fig1", "rounds", "ten", r"perm_fig1\.rounds: Input should be a valid integer.*'ten'"),
     ("perm_fig1", "seeds", "0", r"perm_fig1\.seeds: Input should be a valid list"),
@@ -72,7 +73,8 @@ BAD = [  # (stage, dotted key, bad value, regex the message must match)
     ("chayti_fig2", "a_wga", 1.5, r"chayti_fig2\.a_wga: .*less than or equal to 1 \(got 1\.5\)"),
     ("perm_alpha_convergence", "lam", -1.0, r"perm_alpha_convergence\.lam: .*greater than 0"),
     # dataset-aware checks (config-level, without loading any pixels)
-    pytest.param("perm_fig2", "dataset.name", "cifar11", r"perm_fig2\.dataset\.name: unknown dataset 'cifar11'; allowed"),
+    pytest.param("perm_fig2", "dataset.name", "cifar11",
+                 r"perm_fig2\.dataset\.name: unknown dataset 'cifar11'; allowed"),
     pytest.param("perm_fig4", "dataset.substitute", "fashoin", r"perm_fig4\.dataset\.substitute: unknown dataset"),
     pytest.param("perm_fig2", "partition", {"scheme": "classes", "classes_per_client": 11},
                  r"perm_fig2\.partition\.classes_per_client: 11 exceeds the 10 classes of cifar10; allowed: 1\.\.10"),
@@ -126,7 +128,8 @@ def test_alpha_must_lie_on_the_simplex(alpha, ok):
 def test_partition_checks_name_key_value_and_allowed():
     assert partition_problems({"scheme": "classes", "classes_per_client": 2}) == []
     assert partition_problems({"scheme": "dirichlet", "beta": 0.3}) == []
-    assert partition_problems({"scheme": "classes"}) == [("partition.classes_per_client", "required by scheme 'classes'")]
+    assert partition_problems({"scheme": "classes"}) == [("partition.classes_per_client",
+                                                          "required by scheme 'classes'")]
     assert partition_problems({"scheme": "iid", "beta": 1.0})[0][0] == "partition.beta"
     assert partition_problems({"scheme": "natural"}, allow_natural=False)[0][1].startswith("must be one of")
     assert partition_problems({"scheme": "classes", "classes_per_client": 1.5})[0] == \
@@ -134,7 +137,8 @@ def test_partition_checks_name_key_value_and_allowed():
     ds = SimpleNamespace(name="cifar100", substitute="fashion-mnist")
     problems = dict(image_partition_problems(ds, {"scheme": "classes", "classes_per_client": 20}, 50, 80))
     assert problems["partition.classes_per_client"] == "20 exceeds the 10 classes of fashion-mnist; allowed: 1..10"
-    assert problems["num_clients"].startswith("50 clients need >= 2 samples each") and "<= 40" in problems["num_clients"]
+    assert problems["num_clients"].startswith("50 clients need >= 2 samples each")
+    assert "<= 40" in problems["num_clients"]
     assert image_partition_problems("cifar100", {"scheme": "classes", "classes_per_client": 20}, 50, 100) == []
 
 

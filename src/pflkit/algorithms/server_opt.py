@@ -79,7 +79,8 @@ class ServerOpt:
         if self.kind in ("heavy_ball", "nesterov") and not 0 <= self.momentum < 1:
             raise ValueError(f"momentum must be in [0, 1) for {self.kind}, got {self.momentum!r}")
         if self.kind in ("gd", "adam") and self.momentum:
-            raise ValueError(f"{self.kind} has no momentum (use heavy_ball or nesterov), got momentum={self.momentum!r}")
+            raise ValueError(f"{self.kind} has no momentum (use heavy_ball or nesterov), "
+                             f"got momentum={self.momentum!r}")
         object.__setattr__(self, "lr", float(self.lr))
         object.__setattr__(self, "momentum", float(self.momentum))
 

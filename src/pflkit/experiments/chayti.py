@@ -19,7 +19,7 @@ from pydantic import Field, field_validator, model_validator
 from ..algorithms.collaborative import BC, WGA, Alone, CollaborativeRun, run, tune_step_size
 from ..config import Section, Seed, StageConfig, raise_problems
 from ..data.quadratic_users import NoisyQuadraticUsers
-from ..engine.device import resolve_device
+from ..device import resolve_device
 from ..progress import note
 from ..report import environment
 from ..theory import speedup as theory
@@ -242,7 +242,8 @@ def fig1_speedup(cfg: ChaytiFig1Config) -> FigureResult:
 def fig2_convergence(cfg: ChaytiFig2Config) -> FigureResult:
     """Alone, WGA and BC loss curves per panel. Alone's and WGA's eta are tuned on ``eta_grid`` by mean
     final loss over ``tuning_runs`` runs per grid point drawn from seed + 1 (one batched pass per method);
-    the reported curves use ``runs`` fresh draws from ``seed``. BC keeps the panel's eta_bc and b (not tuned, as in the paper)."""
+    the reported curves use ``runs`` fresh draws from ``seed``. BC keeps the panel's eta_bc and b (not tuned, as
+    in the paper)."""
     start = time.perf_counter()
     device = resolve_device(cfg.device)
     users = _users(cfg, device)
@@ -250,12 +251,14 @@ def fig2_convergence(cfg: ChaytiFig2Config) -> FigureResult:
                   record_every=cfg.record_every)
     curves, rows, tuning = [], [], []
     for p, panel in enumerate(cfg.panels):
-        note(f"{cfg.stage}: panel {p + 1}/{len(cfg.panels)} ({panel.label}), {time.perf_counter() - start:.1f} s elapsed")
+        note(f"{cfg.stage}: panel {p + 1}/{len(cfg.panels)} ({panel.label}), "
+             f"{time.perf_counter() - start:.1f} s elapsed")
         x0 = users.start(panel.x0, cfg.runs)
         tuned = {}
         for name, make in (("Alone", Alone), ("WGA", lambda: WGA(cfg.a_wga))):
-            best, table = tune_step_size(make, users, users.start(panel.x0, cfg.tuning_runs), cfg.eta_grid, steps=cfg.steps,
-                                         generator=_generator(device, cfg.seed + 1 + 1000 * p), loss=users.loss)
+            best, table = tune_step_size(make, users, users.start(panel.x0, cfg.tuning_runs), cfg.eta_grid,
+                                         steps=cfg.steps, generator=_generator(device, cfg.seed + 1 + 1000 * p),
+                                         loss=users.loss)
             tuned[name] = best
             tuning.append(table.assign(panel=panel.label, method=name))
         methods = [("Alone", Alone(), tuned["Alone"], dict(a=0.0)),
@@ -274,7 +277,8 @@ def fig2_convergence(cfg: ChaytiFig2Config) -> FigureResult:
     for panel in cfg.panels:
         sub = table[table["panel"] == panel.label].set_index("label")
         bc, others = sub.loc["BC"], sub.drop("BC")
-        margins = {m: (r["final"] - bc["final"]) / np.hypot(r["final_se"], bc["final_se"]) for m, r in others.iterrows()}
+        margins = {m: (r["final"] - bc["final"]) / np.hypot(r["final_se"], bc["final_se"])
+                   for m, r in others.iterrows()}
         claims[panel.label] = {"bc_lowest_final": bool(all(z > 0 for z in margins.values())),
                                "margin_in_se": {m: round(float(z), 2) for m, z in margins.items()},
                                "bc_over_alone": float(bc["final"] / sub.loc["Alone", "final"])}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import torch
 from torch import nn
 
 MODELS = ("logistic", "mlp", "cnn", "femnist_cnn", "resnet18_gn", "char_lstm")

@@ -320,9 +320,8 @@ def frontier(mu: float, L: float, *, alpha, gamma, K, theta: str = "sum",
     """
     if not 0 < mu <= L:
         raise ValueError(f"need 0 < mu <= L, got mu={mu!r}, L={L!r}")
-    a, g, k = torch.broadcast_tensors(torch.as_tensor(alpha, dtype=DTYPE).flatten() if np.ndim(alpha) else torch.as_tensor(alpha, dtype=DTYPE),
-                                      torch.as_tensor(gamma, dtype=DTYPE).flatten() if np.ndim(gamma) else torch.as_tensor(gamma, dtype=DTYPE),
-                                      torch.as_tensor(K, dtype=DTYPE).flatten() if np.ndim(K) else torch.as_tensor(K, dtype=DTYPE))
+    a, g, k = torch.broadcast_tensors(*(torch.as_tensor(v, dtype=DTYPE).flatten() if np.ndim(v)
+                                        else torch.as_tensor(v, dtype=DTYPE) for v in (alpha, gamma, K)))
     a, g, k = a.reshape(-1), g.reshape(-1), k.reshape(-1)
     if bool((k < 1).any()) or bool((g < 0).any()) or bool((a < 0).any()):
         raise ValueError("K must be >= 1, gamma >= 0 and alpha >= 0 everywhere")
