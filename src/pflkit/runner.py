@@ -34,8 +34,9 @@ import math
 import os
 import re
 import sys
+import time
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
@@ -189,12 +190,37 @@ def check_loss_growth(method: str, seed: int, r: int, loss: float | None, initia
 
 
 # --------------------------------------------------------------------------- running
+#: ``callback(round, state) -> {metric: value} | None``, called by :func:`run` at every evaluation
+Callback = Callable[[int, object], "Mapping[str, float] | None"]
+
+
+class RoundTimer:
+    """A :func:`run` callback: wall seconds per round since the previous evaluation, as the metric
+    ``seconds_per_round`` (0 rounds at round 0: not reported). Timing is not deterministic: keep it
+    out of results that are compared exactly."""
+
+    def __init__(self):
+        self._last: tuple[int, float] | None = None
+
+    def __call__(self, r: int, state) -> dict[str, float] | None:
+        now = time.perf_counter()
+        last, self._last = self._last, (r, now)
+        if last is None or r <= last[0]:
+            return None
+        return {"seconds_per_round": (now - last[1]) / (r - last[0])}
+
+
 def run(algorithm, data: FederatedDataset, rounds: int, seed: int, eval_every: int = 1,
         method: str | None = None, progress: tqdm | None = None, keep: dict | None = None,
         checkpoint: str | Path | None = None, checkpoint_every: int = 5,
-        checkpoint_tag: str | None = None, diverge_factor: float = DIVERGE_FACTOR) -> pd.DataFrame:
+        checkpoint_tag: str | None = None, diverge_factor: float = DIVERGE_FACTOR,
+        callbacks: Sequence[Callback] = ()) -> pd.DataFrame:
     """Train ``algorithm`` for ``rounds`` communication rounds and evaluate its personalized models
     on every client's test split at round 0, every ``eval_every`` rounds and at the last round.
+
+    ``callbacks``: called at every evaluation as ``callback(round, state)`` after the built-in
+    metrics; a returned mapping {metric: value} adds those rows to the history (extra metrics, timing:
+    see :class:`RoundTimer`), None adds nothing. So nobody copies this loop to measure something.
 
     With ``checkpoint`` (a file path), the state and history are saved there every
     ``checkpoint_every`` rounds and at the end, and a matching checkpoint is resumed from.
@@ -238,6 +264,9 @@ def run(algorithm, data: FederatedDataset, rounds: int, seed: int, eval_every: i
                                   f"non-finite {'parameters' if not bad else ', '.join(bad)}; "
                                   "lower the learning rate")
         rows.extend((r, method, seed, k, float(v)) for k, v in summary.items())
+        for callback in callbacks:
+            extra = callback(r, state)
+            rows.extend((r, method, seed, str(k), float(v)) for k, v in (extra or {}).items())
         if r == 0:
             initial[0] = summary.get("loss")
         check_loss_growth(method, seed, r, summary.get("loss"), initial[0], diverge_factor,
@@ -270,8 +299,10 @@ def run_methods(methods: Mapping[str, Callable[[], object]], data_for_seed: Call
                 seeds: Iterable[int], rounds: int, eval_every: int = 1, show_progress: bool = True,
                 keep: dict | None = None, checkpoint_dir: str | Path | None = None,
                 checkpoint_every: int = 5, checkpoint_tag: str = "",
-                keep_checkpoints: bool = False, diverge_factor: float = DIVERGE_FACTOR) -> pd.DataFrame:
+                keep_checkpoints: bool = False, diverge_factor: float = DIVERGE_FACTOR,
+                callbacks: Callable[[], Sequence[Callback]] | None = None) -> pd.DataFrame:
     """Every method x seed; ``methods`` maps a display name to a factory of the algorithm.
+    ``callbacks`` (a factory: fresh callbacks for each run) is passed on to :func:`run`.
     With ``keep`` (a dict), the final state of every run is stored under (method, seed).
 
     With ``checkpoint_dir``, each (method, seed) run checkpoints to ``<dir>/<method>__seed<s>.pt``
@@ -305,7 +336,7 @@ def run_methods(methods: Mapping[str, Callable[[], object]], data_for_seed: Call
                 one = Timer()
                 frames.append(run(make(), data, rounds, seed, eval_every, method=name, progress=bar, keep=keep,
                                   checkpoint=path, checkpoint_every=checkpoint_every, checkpoint_tag=tag,
-                                  diverge_factor=diverge_factor))
+                                  diverge_factor=diverge_factor, callbacks=callbacks() if callbacks else ()))
                 done += 1
                 final = frames[-1][(frames[-1]["round"] == rounds) & (frames[-1]["metric"] == "accuracy")]["value"]
                 note(f"{name} seed {seed} done in {one} ({done}/{runs} runs, {clock} elapsed)"

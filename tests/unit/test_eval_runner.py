@@ -94,3 +94,27 @@ def test_metrics_json_holds_results_only_and_is_byte_identical_across_reruns(tmp
     run = json.loads((tmp_path / "a/run.json").read_text())
     assert run["stage"] == "s" and run["runtime_s"] == 12.3 and run["tasks.femnist.seconds"] == 4.0
     assert run["environment"] == {"threads": 1} and run["config"] == {"rounds": 5}
+
+
+def test_run_callbacks_add_metrics_at_every_evaluation_without_changing_training(mixed):
+    """A callback sees (round, state) at each evaluation and its returned metrics join the history;
+    the training trajectory and the built-in metrics are unchanged (exactly)."""
+    from pflkit.runner import RoundTimer
+    model = FunctionalModel(lambda: logistic((6,), 3))
+    algo = FedAvg(model, local_steps=2, lr=0.1, batch_size=3)
+    seen = []
+
+    def norm(r, state):
+        seen.append(r)
+        return {"w_norm": float(sum((v ** 2).sum() for v in state.w.values()) ** 0.5)}
+
+    plain = run(algo, mixed, rounds=4, seed=1, eval_every=2)
+    timer = RoundTimer()
+    extra = run(algo, mixed, rounds=4, seed=1, eval_every=2, callbacks=[norm, timer])
+    assert seen == [0, 2, 4]
+    same = extra[~extra["metric"].isin(["w_norm", "seconds_per_round"])].reset_index(drop=True)
+    pd.testing.assert_frame_equal(same, plain)
+    norms = extra[extra["metric"] == "w_norm"]
+    assert list(norms["round"]) == [0, 2, 4] and norms["value"].iloc[-1] != norms["value"].iloc[0]
+    timing = extra[extra["metric"] == "seconds_per_round"]
+    assert list(timing["round"]) == [2, 4] and (timing["value"] > 0).all()
