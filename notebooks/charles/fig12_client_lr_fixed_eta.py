@@ -25,31 +25,16 @@
 # label // 2); titles and metrics.json say so. Models are narrowed (width, LSTM units) and few rounds
 # are run at the CPU scale of params.yaml; the CNN trains with its dropout layers (evaluation without),
 # and CIFAR images are standardised per image without random crops/flips. "Training loss" =
-# loss of the server model on a fixed sample of pooled training examples. Smoke defaults below;
+# loss of the server model on a fixed sample of pooled training examples. The parameters cell runs the
+# `smoke` profile (params.yaml `profiles.smoke`);
 # `dvc repro charles_fig12` runs params.yaml (with Shakespeare; the smoke run skips it to stay fast).
 
 # %% tags=["parameters"]
 stage = "charles_fig12"
-tasks = {
-    "femnist": {"dataset": "femnist", "substitute": "fashion-mnist", "num_clients": 10, "pool_size": 1000,
-                "partition": {"scheme": "dirichlet", "beta": 0.3}, "width": 0.125, "clients_per_round": 2,
-                "batch_size": 20, "rounds": 2},
-    "cifar100": {"dataset": "cifar100", "substitute": "fashion-mnist", "num_clients": 10, "width": 0.0625,
-                 "partition": {"scheme": "hlda", "alpha": 0.1, "beta": 10.0, "samples_per_client": 20},
-                 "clients_per_round": 2, "batch_size": 10, "rounds": 2},
-}
-local_steps = 2
-gammas = [0.0, 0.01, 1.0, 100.0]
-eta = 0.01
-eval_every = 1
-eval_samples = 64
-tune_window = 1
-diverge_factor = 2.0
-seed = 0
-device = "cpu"
-threads = "auto"  # torch CPU threads; auto means $OMP_NUM_THREADS if set, else 1
-results_dir = "build/smoke/charles_fig12"
-figures_dir = "build/smoke/figures/charles"
+profile = "smoke"  # smoke: params.yaml's section with its profiles.smoke overlay (fast; what nbval runs)
+threads = None  # torch CPU threads; None keeps params.yaml's (auto means $OMP_NUM_THREADS if set, else 1)
+results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<stage>
+figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
 from pflkit import plotting, report

@@ -17,22 +17,15 @@
 # varies in [1, 1e6]; right: K = 100 and gamma varies in (0, 1/L). Each point is (rho, Delta) from the
 # kappa bound (11), Table 2 and eq. (17) (`pflkit.theory.surrogate.frontier`).
 #
-# The parameters cell is a small smoke grid; `dvc repro` runs the `charles_fig1` section of params.yaml.
+# The parameters cell runs the `smoke` profile (a small grid); `dvc repro` runs the `charles_fig1` section
+# of params.yaml.
 
 # %% tags=["parameters"]
 stage = "charles_fig1"
-mu = 1.0
-L_values = [5.0, 50.0]
-gamma_fixed = 0.01
-K_fixed = 100
-k_min = 1.0
-k_max = 1e6
-num_k = 40
-num_gamma = 40
-device = "cpu"
-threads = "auto"  # torch CPU threads; auto means $OMP_NUM_THREADS if set, else 1
-results_dir = "build/smoke/charles_fig1"
-figures_dir = "build/smoke/figures/charles"
+profile = "smoke"  # smoke: params.yaml's section with its profiles.smoke overlay (fast; what nbval runs)
+threads = None  # torch CPU threads; None keeps params.yaml's (auto means $OMP_NUM_THREADS if set, else 1)
+results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<stage>
+figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
 from pflkit import plotting, report

@@ -26,31 +26,16 @@
 # **What runs here.** Offline, FEMNIST is replaced by the substitute named in params.yaml (Fashion-MNIST,
 # Dirichlet writer-like split), labelled in the title and metrics.json. CPU scale (params.yaml): a
 # narrowed CNN, fewer clients, local steps, rounds and a smaller tuning grid. The CNN trains with its
-# dropout layers (0.25, 0.5) and is evaluated without. Smoke defaults below; `dvc repro charles_fig6`
+# dropout layers (0.25, 0.5) and is evaluated without. The parameters cell runs the `smoke` profile
+# (params.yaml `profiles.smoke`); `dvc repro charles_fig6`
 # runs params.yaml.
 
 # %% tags=["parameters"]
 stage = "charles_fig6"
-tasks = {
-    "femnist": {"dataset": "femnist", "substitute": "fashion-mnist", "num_clients": 10, "pool_size": 1000,
-                "partition": {"scheme": "dirichlet", "beta": 0.3}, "width": 0.125, "clients_per_round": 2,
-                "batch_size": 20, "rounds": 2},
-}
-local_steps = 2
-gammas = [0.1]
-etas = [0.1, 0.3]
-momentum = 0.9
-servers = ["gd", "nesterov", "heavy_ball"]
-alphas = [0.0, 1.0]
-eval_every = 1
-eval_samples = 64
-tune_window = 1
-diverge_factor = 2.0
-seed = 0
-device = "cpu"
-threads = "auto"  # torch CPU threads; auto means $OMP_NUM_THREADS if set, else 1
-results_dir = "build/smoke/charles_fig6"
-figures_dir = "build/smoke/figures/charles"
+profile = "smoke"  # smoke: params.yaml's section with its profiles.smoke overlay (fast; what nbval runs)
+threads = None  # torch CPU threads; None keeps params.yaml's (auto means $OMP_NUM_THREADS if set, else 1)
+results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<stage>
+figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
 from pflkit import plotting, report
@@ -88,7 +73,8 @@ fig, axes = plotting.plt.subplots(1, 2, figsize=(11, 4.2))
 for ax, (panel, name) in zip(axes, panels):
     charles_nn.plot_loss_curves(ax, acc[acc["panel"] == panel], "variant", title=name, metric="test_accuracy",
                                 ylabel="test accuracy (fraction correct)")
-plotting.finish(fig, plotting.title(f"Charles & Konecny Fig. 6: LocalUpdate Theta_1:{cfg.local_steps}, tuned gamma and eta",
+plotting.finish(fig, plotting.title(f"Charles & Konecny Fig. 6: LocalUpdate Theta_1:{cfg.local_steps}, "
+                                    "tuned gamma and eta",
                                     label, result.scale))
 figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig6_server_momentum_and_alpha_femnist")
 
@@ -100,7 +86,8 @@ for col, (panel, name) in enumerate(panels):
                                 ylabel="test accuracy (fraction correct)")
     charles_nn.plot_loss_curves(axes[1, col], sub, "variant", metric="test_loss",
                                 ylabel="test loss (cross-entropy, nats)")
-plotting.finish(fig, plotting.title(f"Charles & Konecny Fig. 11 (re-plot of Fig. 6 with test loss)", label, result.scale))
+plotting.finish(fig, plotting.title("Charles & Konecny Fig. 11 (re-plot of Fig. 6 with test loss)", label,
+                                    result.scale))
 figure_files += plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig11_server_momentum_and_alpha_femnist")
 
 # %%

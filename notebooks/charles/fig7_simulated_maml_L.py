@@ -17,20 +17,10 @@
 
 # %% tags=["parameters"]
 stage = "charles_fig7"
-mu = 1.0
-L_values = [2.0, 10.0, 100.0]
-dims = [5, 100]
-gamma = 0.001
-alphas = [0.0]
-server_opts = ["gd"]
-seed = 0
-k_min = 1.0
-k_max = 1e6
-num_k = 60
-device = "cpu"
-threads = "auto"  # torch CPU threads; auto means $OMP_NUM_THREADS if set, else 1
-results_dir = "build/smoke/charles_fig7"
-figures_dir = "build/smoke/figures/charles"
+profile = "smoke"  # smoke: params.yaml's section with its profiles.smoke overlay (fast; what nbval runs)
+threads = None  # torch CPU threads; None keeps params.yaml's (auto means $OMP_NUM_THREADS if set, else 1)
+results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<stage>
+figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
 from pflkit import plotting, report

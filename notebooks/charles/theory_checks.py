@@ -15,27 +15,15 @@
 # Random quadratic clients f_i = 1/2 |A_i^1/2 (x - c_i)|^2 (spectra in [mu, L], |c_i| <= C) with
 # stochastic examples (B_z, c_z) whose means give (A_i, c_i). Every number below is computed by running
 # the algorithms (`pflkit.algorithms.local_update`) and compared with the closed forms
-# (`pflkit.theory.surrogate`). The parameters cell is a smoke configuration; `dvc repro` runs the
+# (`pflkit.theory.surrogate`). The parameters cell runs the `smoke` profile; `dvc repro` runs the
 # `charles_theory` section of params.yaml.
 
 # %% tags=["parameters"]
 stage = "charles_theory"
-num_clients = 4
-dim = 3
-mu = 1.0
-L = 10.0
-C = 2.0
-examples_per_client = 6
-example_noise = 0.5
-batch_size = 2
-monte_carlo_runs = 400
-rounds = 200
-table2_L = 100.0
-seed = 0
-device = "cpu"
-threads = "auto"  # torch CPU threads; auto means $OMP_NUM_THREADS if set, else 1
-results_dir = "build/smoke/charles_theory"
-figures_dir = "build/smoke/figures/charles"
+profile = "smoke"  # smoke: params.yaml's section with its profiles.smoke overlay (fast; what nbval runs)
+threads = None  # torch CPU threads; None keeps params.yaml's (auto means $OMP_NUM_THREADS if set, else 1)
+results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<stage>
+figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
 from pflkit import report

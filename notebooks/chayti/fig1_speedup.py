@@ -22,27 +22,15 @@
 # and WGA(a) differ exactly by the factor of the bound with tau = zeta^2 (2 - eta) / (eta sigma^2), so
 # Alone's loss / WGA(a*)'s loss measures S(N, tau). Points: mean over runs with ±2 SE; lines: theory.
 #
-# The parameters cell is a small **smoke** configuration (nbval). `dvc repro` runs the `chayti_fig1`
+# The parameters cell runs the small **smoke** profile (what nbval runs). `dvc repro` runs the `chayti_fig1`
 # section of params.yaml and writes the executed copy to reports/chayti/.
 
 # %% tags=["parameters"]
 stage = "chayti_fig1"
-n_max = 1000
-tau_min = 1e-4
-tau_max = 100.0
-grid_points = 25
-check_n = [1, 10]
-check_tau = [0.1, 1.0]
-check_eta = 0.1
-check_runs = 50
-check_burn_in = 50
-check_steps = 100
-sigma = 1.0
-seed = 0
-device = "cpu"
-threads = "auto"  # torch CPU threads; auto means $OMP_NUM_THREADS if set, else 1
-results_dir = "build/smoke/chayti_fig1"
-figures_dir = "build/smoke/figures/chayti"
+profile = "smoke"  # smoke: params.yaml's section with its profiles.smoke overlay (fast; what nbval runs)
+threads = None  # torch CPU threads; None keeps params.yaml's (auto means $OMP_NUM_THREADS if set, else 1)
+results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<stage>
+figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
 from pathlib import Path

@@ -26,28 +26,14 @@
 # the bias only at rate b, so BC gains over a tuned Alone only when its b is small and the start is far
 # from the optimum. The paper's "initial rise" of BC appears when x0 < a zeta (see Fig. 3, zeta >= 10).
 #
-# The parameters cell is a small **smoke** configuration (nbval); `dvc repro` runs `chayti_fig2`.
+# The parameters cell runs the small **smoke** profile (what nbval runs); `dvc repro` runs `chayti_fig2`.
 
 # %% tags=["parameters"]
 stage = "chayti_fig2"
-n_collaborators = 10
-sigma = 1.0
-zeta = 1.0
-x0 = 1.0
-steps = 400
-runs = 20
-record_every = 10
-tail_fraction = 0.1
-seed = 0
-a_wga = 0.5
-a_bc = 0.9
-eta_grid = [0.003, 0.01, 0.03]
-tuning_runs = 20
-panels = [{"label": "x0: 5, BC eta: 0.003, b: 0.001", "x0": 5.0, "eta_bc": 0.003, "b": 0.001}, {"label": "restored defaults (x0: 1, BC eta: 0.01, b: 0.01)", "x0": 1.0, "eta_bc": 0.01, "b": 0.01}]
-device = "cpu"
-threads = "auto"  # torch CPU threads; auto means $OMP_NUM_THREADS if set, else 1
-results_dir = "build/smoke/chayti_fig2"
-figures_dir = "build/smoke/figures/chayti"
+profile = "smoke"  # smoke: params.yaml's section with its profiles.smoke overlay (fast; what nbval runs)
+threads = None  # torch CPU threads; None keeps params.yaml's (auto means $OMP_NUM_THREADS if set, else 1)
+results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<stage>
+figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
 from pathlib import Path
@@ -77,7 +63,7 @@ fig, axes = plotting.plt.subplots(1, len(cfg.panels), figsize=(6 * len(cfg.panel
 for ax, panel in zip(axes[0], cfg.panels):
     curves = result.curves[result.curves["panel"] == panel.label]
     etas = result.table[result.table["panel"] == panel.label].set_index("label")["eta"]
-    chayti.loss_axes(ax, curves.assign(label=curves["label"].map(lambda m: f"{m} (eta={etas[m]:g})")))
+    chayti.loss_axes(ax, curves.assign(label=curves["label"].map(lambda m, etas=etas: f"{m} (eta={etas[m]:g})")))
     ax.set_title(panel.label, fontsize=10)
     ax.legend(fontsize=7, title="solid: mean, band: 10-90% of runs, dashed: exact", title_fontsize=7)
 plotting.finish(fig, plotting.title("Chayti Fig. 2: Alone vs WGA vs BC (eta tuned for Alone and WGA)",

@@ -19,27 +19,14 @@
 # Solid: mean over runs (independent draws per curve); band: 10-90% of runs; dashed: exact expected loss;
 # dotted grey: the paper-level floor a^2 b sigma^2 / 2 (an order of magnitude, not exact).
 #
-# The parameters cell is a small **smoke** configuration (nbval); `dvc repro` runs `chayti_fig3`.
+# The parameters cell runs the small **smoke** profile (what nbval runs); `dvc repro` runs `chayti_fig3`.
 
 # %% tags=["parameters"]
 stage = "chayti_fig3"
-n_collaborators = 10
-sigma = 1.0
-zeta = 1.0
-x0 = 1.0
-steps = 600
-runs = 20
-record_every = 10
-tail_fraction = 0.1
-seed = 0
-eta = 0.02
-a = 0.9
-b = 0.02
-zetas = [1.0, 10.0]
-device = "cpu"
-threads = "auto"  # torch CPU threads; auto means $OMP_NUM_THREADS if set, else 1
-results_dir = "build/smoke/chayti_fig3"
-figures_dir = "build/smoke/figures/chayti"
+profile = "smoke"  # smoke: params.yaml's section with its profiles.smoke overlay (fast; what nbval runs)
+threads = None  # torch CPU threads; None keeps params.yaml's (auto means $OMP_NUM_THREADS if set, else 1)
+results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<stage>
+figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
 from pathlib import Path

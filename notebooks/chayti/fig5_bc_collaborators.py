@@ -19,27 +19,14 @@
 # Solid: mean over runs (independent draws per curve); band: 10-90% of runs; dashed: exact expected loss;
 # dotted grey: the paper-level floor a^2 b sigma^2 / 2.
 #
-# The parameters cell is a small **smoke** configuration (nbval); `dvc repro` runs `chayti_fig5`.
+# The parameters cell runs the small **smoke** profile (what nbval runs); `dvc repro` runs `chayti_fig5`.
 
 # %% tags=["parameters"]
 stage = "chayti_fig5"
-n_collaborators = 10
-sigma = 1.0
-zeta = 1.0
-x0 = 1.0
-steps = 600
-runs = 20
-record_every = 10
-tail_fraction = 0.1
-seed = 0
-eta = 0.02
-a = 0.9
-b = 0.02
-n_values = [1, 10]
-device = "cpu"
-threads = "auto"  # torch CPU threads; auto means $OMP_NUM_THREADS if set, else 1
-results_dir = "build/smoke/chayti_fig5"
-figures_dir = "build/smoke/figures/chayti"
+profile = "smoke"  # smoke: params.yaml's section with its profiles.smoke overlay (fast; what nbval runs)
+threads = None  # torch CPU threads; None keeps params.yaml's (auto means $OMP_NUM_THREADS if set, else 1)
+results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<stage>
+figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
 from pathlib import Path
@@ -60,7 +47,8 @@ print(result.data_label, "|", result.scale)
 # NBVAL_CHECK_OUTPUT
 report.print_table(chayti.display_table(result.table))
 claims = result.metrics["claims"]
-print("tail loss ratio between consecutive N:", {k: round(v, 3) for k, v in claims["tail_ratio_between_consecutive_N"].items()})
+print("tail loss ratio between consecutive N:",
+      {k: round(v, 3) for k, v in claims["tail_ratio_between_consecutive_N"].items()})
 
 # %%
 plotting.use_style()

@@ -17,23 +17,15 @@
 # FedAvg with one local step (gradient descent on the average loss, so w^R -> w* linearly), solve
 # eq. (2) exactly at each checkpoint, and plot ||w^R - w*|| and the mean ||alpha_hat_i - alpha*_i||_1.
 # The right panel shows how much of each client's alpha lies inside its own group (the mechanism
-# behind Fig. 1). Smoke defaults below; `dvc repro` uses `perm_alpha_convergence` in params.yaml.
+# behind Fig. 1). The parameters cell runs the `smoke` profile (params.yaml `profiles.smoke`); `dvc repro`
+# uses `perm_alpha_convergence` in params.yaml.
 
 # %% tags=["parameters"]
 stage = "perm_alpha_convergence"
-num_clients = 10
-samples_per_client = 100
-dim = 60
-test_fraction = 0.2
-lam = 300.0
-gd_lr = 1.0
-optimum_steps = 400
-checkpoints = [1, 3, 10, 30, 100]
-seeds = [0]
-device = "cpu"
-threads = "auto"  # torch CPU threads; auto means $OMP_NUM_THREADS if set, else 1
-results_dir = "build/smoke/perm_alpha_convergence"
-figures_dir = "build/smoke/figures/perm"
+profile = "smoke"  # smoke: params.yaml's section with its profiles.smoke overlay (fast; what nbval runs)
+threads = None  # torch CPU threads; None keeps params.yaml's (auto means $OMP_NUM_THREADS if set, else 1)
+results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<stage>
+figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
 from pflkit import plotting, report
@@ -62,11 +54,13 @@ plotting.use_style()
 fig, (ax_err, ax_own) = plotting.plt.subplots(1, 2, figsize=(11, 4))
 long = table[table.R > 0].melt(id_vars=["seed", "R"], value_vars=["w_error", "alpha_error_l1"],
                                var_name="quantity", value_name="error")
-long["quantity"] = long["quantity"].map({"w_error": "||w^R - w*||_2", "alpha_error_l1": "mean_i ||alpha_i - alpha*_i||_1"})
+long["quantity"] = long["quantity"].map({"w_error": "||w^R - w*||_2",
+                                         "alpha_error_l1": "mean_i ||alpha_i - alpha*_i||_1"})
 sns.lineplot(data=long, x="R", y="error", hue="quantity", marker="o", errorbar="sd", ax=ax_err)
 ax_err.set(xscale="log", yscale="log", xlabel="FedAvg rounds R (exact, K = 1)", ylabel="distance to the optimum (log)")
 sns.histplot(data=shares, x="own_group_mass", hue="group", bins=20, binrange=(0, 1), multiple="stack", ax=ax_own)
-ax_own.set(xlabel=f"share of alpha_i inside client i's own group (R = {max(cfg.checkpoints)})", ylabel="clients (count)")
+ax_own.set(xlabel=f"share of alpha_i inside client i's own group (R = {max(cfg.checkpoints)})",
+           ylabel="clients (count)")
 scale = f"N={cfg.num_clients}, d={cfg.dim}, lambda={cfg.lam:g}, {len(cfg.seeds)} seeds"
 plotting.finish(fig, plotting.title("PERM Theorem 1: alpha_hat -> alpha* as w^R -> w*", "perm-synthetic", scale))
 figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "alpha_convergence")

@@ -21,19 +21,10 @@
 
 # %% tags=["parameters"]
 stage = "perm_fig3"
-threads = 1
-workloads = ["synthetic-logistic"]
-num_clients = 10
-local_steps = 20
-batch_size = 20
-methods = ["fedavg", "perm", "perfedavg_fo", "pfedme"]
-repeats = 3
-perm = {"update_every": 5}
-perfedavg = {}
-pfedme = {}
-device = "cpu"
-results_dir = "build/smoke/perm_fig3"
-figures_dir = "build/smoke/figures/perm"
+profile = "smoke"  # smoke: params.yaml's section with its profiles.smoke overlay (fast; what nbval runs)
+threads = None  # torch CPU threads; None keeps params.yaml's (auto means $OMP_NUM_THREADS if set, else 1)
+results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<stage>
+figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
 import platform
@@ -72,7 +63,8 @@ figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig3_round_
 
 # %%
 flat = summary.reset_index()
-metrics = {"machine": machine, "seconds_per_round": {f"{r.workload}/{r.method}": {"median": r["median"], "mean": r["mean"],
-           "vs_fedavg": r["vs FedAvg (median)"]} for _, r in flat.iterrows()}}
+per_round = {f"{r.workload}/{r.method}": {"median": r["median"], "mean": r["mean"],
+                                           "vs_fedavg": r["vs FedAvg (median)"]} for _, r in flat.iterrows()}
+metrics = {"machine": machine, "seconds_per_round": per_round}
 report.write_stage(cfg.results_dir, metrics, run_info={"stage": cfg.stage, "config": cfg.model_dump(),
                                                         "environment": report.environment()}, times=times)

@@ -17,34 +17,15 @@
 # cannot be downloaded here: the stage then runs the substitute named in params.yaml
 # (`dataset.substitute`) with the partition given there, and the title, the printed dataset line and
 # metrics.json say so.** PERM's final alpha (first seed) is saved for Fig. 5.
-# Smoke defaults below; `dvc repro` runs `perm_fig4` from params.yaml.
+# The parameters cell runs the `smoke` profile (params.yaml `profiles.smoke`); `dvc repro` runs `perm_fig4`
+# from params.yaml.
 
 # %% tags=["parameters"]
 stage = "perm_fig4"
-dataset = {"name": "emnist", "substitute": "fashion-mnist", "allow_download": False, "root": "data/raw"}
-num_clients = 10
-partition = {"scheme": "dirichlet", "beta": 0.3}
-pool_size = 2000
-test_fraction = 0.2
-model = {"name": "mlp", "hidden": [200, 200]}
-rounds = 4
-local_steps = 3
-batch_size = 20
-lr = {"local": 0.05, "localized_fedavg": 0.05, "perm": 0.01, "perfedavg_fo": 0.02, "fedavg": 0.05}
-finetune_steps = 3
-finetune_lr = 0.05
-methods = ["local", "localized_fedavg", "perm", "perfedavg_fo"]
-seeds = [0]
-eval_every = 1
-perm = {"lam": 30000.0, "alpha_solver": "exact", "warmup_rounds": 2, "alpha_init": "estimate", "update_every": 2,
-        "global_lr": 0.05}
-perfedavg = {"alpha": 0.02}
-pfedme = {}
-alpha_file = "build/smoke/perm_fig4/alpha.npz"
-device = "cpu"
-threads = "auto"  # torch CPU threads; auto means $OMP_NUM_THREADS if set, else 1
-results_dir = "build/smoke/perm_fig4"
-figures_dir = "build/smoke/figures/perm"
+profile = "smoke"  # smoke: params.yaml's section with its profiles.smoke overlay (fast; what nbval runs)
+threads = None  # torch CPU threads; None keeps params.yaml's (auto means $OMP_NUM_THREADS if set, else 1)
+results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<stage>
+figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
 from pflkit import plotting, report
@@ -78,6 +59,6 @@ fig = plotting.accuracy_loss_figure(result.history, "PERM Fig. 4: personalized a
 figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig4_emnist")
 
 # %%
-experiment.save_alpha(result, alpha_file)
+experiment.save_alpha(result, cfg.alpha_file)
 report.write_stage(cfg.results_dir, result.metrics, history=result.history, run_info=result.run_info,
                    curves_accuracy=curves(result.history, "accuracy"))

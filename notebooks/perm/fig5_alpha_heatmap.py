@@ -20,11 +20,10 @@
 
 # %% tags=["parameters"]
 stage = "perm_fig5"
-alpha_file = "build/smoke/perm_fig4/alpha.npz"
-device = "cpu"
-threads = "auto"  # torch CPU threads; auto means $OMP_NUM_THREADS if set, else 1
-results_dir = "build/smoke/perm_fig5"
-figures_dir = "build/smoke/figures/perm"
+profile = "smoke"  # smoke: params.yaml's section with its profiles.smoke overlay (fast; what nbval runs)
+threads = None  # torch CPU threads; None keeps params.yaml's (auto means $OMP_NUM_THREADS if set, else 1)
+results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<stage>
+figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
 import numpy as np

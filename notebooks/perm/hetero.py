@@ -34,35 +34,16 @@
 # gradients), communication = 8 P bytes (down + up); PERM-hetero's global step and alpha gradients
 # are amortized over `update_every` rounds.
 #
-# Smoke defaults below; `dvc repro` runs `perm_hetero` from params.yaml. The data is Fashion-MNIST
+# The parameters cell runs the `smoke` profile (params.yaml `profiles.smoke`); `dvc repro` runs `perm_hetero`
+# from params.yaml. The data is Fashion-MNIST
 # (offline Debian copy), a choice of this experiment, not a substitute for a paper dataset.
 
 # %% tags=["parameters"]
 stage = "perm_hetero"
-dataset = {"name": "fashion-mnist", "substitute": None, "allow_download": False, "root": "data/raw"}
-num_clients = 8
-partition = {"scheme": "classes", "classes_per_client": 2}
-pool_size = 1600
-test_fraction = 0.2
-hidden = [40, 40]
-budgets = [1.0, 0.5, 0.25, 0.125]
-budget_seed = 0
-rounds = 6
-local_steps = 3
-batch_size = 20
-lr = {"perm_hetero": 0.01, "perm_hetero_paper": 0.01, "heterofl": 0.05, "fedrolex": 0.05, "small_fedavg": 0.05}
-finetune_steps = 3
-finetune_lr = 0.05
-methods = ["perm_hetero", "perm_hetero_paper", "heterofl", "fedrolex", "small_fedavg"]
-seeds = [0]
-eval_every = 2
-perm = {"lam": 30000.0, "alpha_solver": "exact", "warmup_rounds": 2, "alpha_init": "estimate", "update_every": 2,
-        "global_lr": 0.05, "extraction": "static", "complexity": 0.0, "discrepancy": "shared"}
-claim = {"tolerance": 0.01}
-device = "cpu"
-threads = "auto"  # torch CPU threads; auto means $OMP_NUM_THREADS if set, else 1
-results_dir = "build/smoke/perm_hetero"
-figures_dir = "build/smoke/figures/perm"
+profile = "smoke"  # smoke: params.yaml's section with its profiles.smoke overlay (fast; what nbval runs)
+threads = None  # torch CPU threads; None keeps params.yaml's (auto means $OMP_NUM_THREADS if set, else 1)
+results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<stage>
+figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
 from pflkit import plotting, report

@@ -24,6 +24,14 @@ from .device import DEVICES
 # keys the stage runner adds to every stage's parameters (not part of params.yaml sections)
 RUNNER_KEYS = ("stage", "results_dir", "figures_dir")
 
+#: the profile ``dvc repro`` runs: params.yaml's stage sections as written
+DEFAULT_PROFILE = "default"
+#: params.yaml's mapping of the other profiles: name -> {defaults: {..}, <stage>: {..}}, each an
+#: overlay whose keys replace the section's (whole values: a nested mapping is replaced, not merged)
+PROFILES_KEY = "profiles"
+#: environment variable naming the params file a notebook reads (the stage runner sets it)
+PARAMS_ENV = "PFLKIT_PARAMS"
+
 
 class ConfigError(ValueError):
     """One or more configuration values are invalid; the message lists each problem."""
@@ -101,10 +109,23 @@ class StageConfig(BaseModel):
 
     @classmethod
     def from_namespace(cls, namespace: Mapping[str, Any]) -> "StageConfig":
-        """Pick this config's fields out of a notebook's globals() (its parameters cell), and apply
-        the stage's thread setting (``torch.set_num_threads``): every notebook builds its config this
-        way, so interactive runs and ``dvc repro`` use the same threads."""
-        cfg = cls.build({k: namespace[k] for k in cls.model_fields if k in namespace})
+        """The config a notebook runs, from its globals() (its parameters cell), and apply the stage's
+        thread setting (``torch.set_num_threads``): every notebook builds its config this way, so
+        interactive runs and ``dvc repro`` use the same values and threads.
+
+        With ``profile`` in the namespace (every notebook's parameters cell names ``stage`` and
+        ``profile``), the values are params.yaml's for that stage and profile (``stage_values``; the
+        file is $PFLKIT_PARAMS when set, else the project's params.yaml), and any config field the
+        namespace sets to a value other than None replaces its value (``threads``, or the output
+        folders the stage runner passes). Without ``profile``, the namespace's fields are the values."""
+        if "profile" in namespace:
+            values = stage_values(load_params(os.environ.get(PARAMS_ENV) or _project_params()),
+                                  namespace["stage"], namespace["profile"])
+            values.update({k: namespace[k] for k in cls.model_fields
+                           if k != "stage" and namespace.get(k) is not None})
+        else:
+            values = {k: namespace[k] for k in cls.model_fields if k in namespace}
+        cfg = cls.build(values)
         import torch
         torch.set_num_threads(resolve_threads(cfg.threads))
         return cfg
@@ -320,8 +341,56 @@ def load_dvc_stages(path: str | Path = "dvc.yaml") -> dict[str, dict]:
     return out
 
 
-def stage_values(params: Mapping[str, Any], stage: str) -> dict:
-    """``defaults`` overlaid by the stage's own section, plus the runner-provided output paths."""
+def _project_params() -> Path:
+    from .paths import resolve
+    return resolve("params.yaml")
+
+
+def _mapping(value, where: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: must be a mapping of keys to values, got {short_repr(value)}")
+    return value
+
+
+def profile_names(params: Mapping[str, Any]) -> list[str]:
+    """``default`` and every profile params.yaml's ``profiles`` mapping defines."""
+    return [DEFAULT_PROFILE, *map(str, _mapping(params.get(PROFILES_KEY), PROFILES_KEY))]
+
+
+def profile_overlay(params: Mapping[str, Any], stage: str, profile: str) -> dict:
+    """What profile ``profile`` changes in ``stage``'s values: its ``defaults`` then its ``stage`` entry
+    (empty for the default profile)."""
+    if profile == DEFAULT_PROFILE:
+        return {}
+    profiles = _mapping(params.get(PROFILES_KEY), PROFILES_KEY)
+    if profile not in profiles:
+        raise ConfigError(f"profile: unknown profile {profile!r}; params.yaml defines {profile_names(params)}")
+    entry = _mapping(profiles[profile], f"{PROFILES_KEY}.{profile}")
+    overlay = {**_mapping(entry.get("defaults"), f"{PROFILES_KEY}.{profile}.defaults"),
+               **_mapping(entry.get(stage), f"{PROFILES_KEY}.{profile}.{stage}")}
+    runner = [k for k in RUNNER_KEYS if k in overlay]
+    if runner:
+        raise ConfigError("\n".join(f"{PROFILES_KEY}.{profile}.{stage}.{k}: set by the stage runner, not by "
+                                     f"params.yaml; remove it" for k in runner))
+    return overlay
+
+
+def output_dirs(stage: str, profile: str = DEFAULT_PROFILE) -> tuple[str, str]:
+    """(results_dir, figures_dir) of a run: the DVC outputs results/<stage> and figures/<paper> for the
+    default profile, build/<profile>/<stage> and build/<profile>/figures/<paper> for the others (so a
+    smoke or interactive run never overwrites what ``dvc repro`` produced)."""
+    entry = _stages.get(stage)
+    paper = entry.paper if entry is not None else stage.split("_", 1)[0]
+    if profile == DEFAULT_PROFILE:
+        return f"results/{stage}", f"figures/{paper}"
+    return f"build/{profile}/{stage}", f"build/{profile}/figures/{paper}"
+
+
+def stage_values(params: Mapping[str, Any], stage: str, profile: str = DEFAULT_PROFILE) -> dict:
+    """``defaults`` overlaid by the stage's own section and by the profile's overlay
+    (``profile_overlay``), plus the runner-provided stage name and output paths (``output_dirs``)."""
     if stage not in params:
         raise ConfigError(f"{stage}: params.yaml has no section {stage!r}; sections: "
                           f"{sorted(map(str, params))}")
@@ -337,16 +406,42 @@ def stage_values(params: Mapping[str, Any], stage: str) -> dict:
         raise ConfigError("\n".join(f"{stage}.{k}: set by the stage runner, not by params.yaml "
                                      f"(value {short_repr(section.get(k, defaults.get(k)))}); remove it"
                                      for k in runner))
-    entry = _stages.get(stage)
-    paper = entry.paper if entry is not None else stage.split("_", 1)[0]
-    values = {**defaults, **section}
-    values.update(stage=stage, results_dir=f"results/{stage}", figures_dir=f"figures/{paper}")
+    values = {**defaults, **section, **profile_overlay(params, stage, profile)}
+    results_dir, figures_dir = output_dirs(stage, profile)
+    values.update(stage=stage, results_dir=results_dir, figures_dir=figures_dir)
     return values
 
 
-def validate_stage(params: Mapping[str, Any], stage: str) -> StageConfig:
+def validate_stage(params: Mapping[str, Any], stage: str, profile: str = DEFAULT_PROFILE) -> StageConfig:
     """The stage's config from params.yaml, or a ConfigError with one ``stage.key: problem`` line each."""
-    return stage_config(stage).build(stage_values(params, stage))
+    return stage_config(stage).build(stage_values(params, stage, profile))
+
+
+def _profile_problems(params: Mapping[str, Any]) -> list[str]:
+    """Every problem of params.yaml's ``profiles``: each overlay names known stages with a section,
+    and every stage's values under every profile validate."""
+    try:
+        names = profile_names(params)[1:]
+    except ConfigError as exc:
+        return [str(exc)]
+    problems = []
+    for profile in names:
+        entry = params[PROFILES_KEY][profile]
+        if not isinstance(entry, dict):
+            problems.append(f"{PROFILES_KEY}.{profile}: must be a mapping of stages to overlays, got "
+                            f"{short_repr(entry)}")
+            continue
+        for key in entry:
+            if key != "defaults" and key not in params:
+                problems.append(f"{PROFILES_KEY}.{profile}.{key}: not a stage section of params.yaml")
+        for stage in params:
+            if stage in ("defaults", PROFILES_KEY) or stage not in _stages.BY_NAME:
+                continue
+            try:
+                validate_stage(params, stage, profile)
+            except ConfigError as exc:
+                problems.extend(f"{PROFILES_KEY}.{profile}: {line}" for line in str(exc).splitlines())
+    return problems
 
 
 def validate_all(params: Mapping[str, Any], dvc_stages: Mapping[str, dict] | None = None) -> list[str]:
@@ -360,7 +455,7 @@ def validate_all(params: Mapping[str, Any], dvc_stages: Mapping[str, dict] | Non
         problems.append(f"defaults: the section must be a mapping of keys to values, got "
                         f"{short_repr(params['defaults'])}")
     for section in params:
-        if section == "defaults":
+        if section in ("defaults", PROFILES_KEY):
             continue
         if section not in known:
             problems.append(f"{section}: unknown section; known stages: {', '.join(sorted(known))}")
@@ -371,6 +466,8 @@ def validate_all(params: Mapping[str, Any], dvc_stages: Mapping[str, dict] | Non
             validate_stage(params, section)
         except ConfigError as exc:
             problems.extend(str(exc).splitlines())
+    if defaults_ok:
+        problems.extend(_profile_problems(params))
     for name, spec in (dvc_stages or {}).items():
         stage = spec.get("stage")
         listed = spec.get("params") or []

@@ -22,7 +22,7 @@ from typing import Iterator
 
 import yaml
 
-from .config import ConfigError, load_params, validate_stage
+from .config import DEFAULT_PROFILE, PARAMS_ENV, ConfigError, load_params, validate_stage
 from .paths import project_root
 
 KERNEL = "pflkit"
@@ -210,6 +210,9 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
       the kernel appends progress lines to; this process echoes them and deletes it afterwards.
     - ``PFLKIT_TWIN_SHA256``: the sha256 hex digest of the twin's bytes, i.e. of the code this run
       executes (for checkpoint fingerprints: checkpoints written by other code are not resumed).
+    - ``PFLKIT_PARAMS`` (:data:`pflkit.config.PARAMS_ENV`): the params file validated here, which the
+      notebook's ``from_namespace`` reads (the injected parameters name stage, profile ``default`` and
+      the output folders; every other value comes from that file).
     """
     import nbformat
 
@@ -256,10 +259,15 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
     print(f"{stage}: running {twin.relative_to(root)} ...", file=sys.stderr, flush=True)
     echo = _ProgressEcho(progress, stage, start)
     try:
-        with _environ({PROGRESS_ENV: str(progress), TWIN_SHA256_ENV: hashlib.sha256(code).hexdigest()}):
+        with _environ({PROGRESS_ENV: str(progress), TWIN_SHA256_ENV: hashlib.sha256(code).hexdigest(),
+                       PARAMS_ENV: str(root / params_file)}):
             echo.start()
             try:
-                executed = execute_notebook(tmp, tmp, cwd=root, parameters=cfg.model_dump())
+                # the notebook reads its values from params.yaml (profile default); the runner names the
+                # stage, the profile and the DVC output folders
+                executed = execute_notebook(tmp, tmp, cwd=root, parameters={
+                    "stage": stage, "profile": DEFAULT_PROFILE, "results_dir": cfg.results_dir,
+                    "figures_dir": cfg.figures_dir})
             finally:
                 echo.stop()
         executed.metadata.setdefault("papermill", {}).update(

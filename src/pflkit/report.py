@@ -70,3 +70,29 @@ def write_stage(results_dir: str, metrics: Mapping, history: pd.DataFrame | None
     for name, frame in tables.items():
         write_csv(out / f"{name}.csv", frame)
     write_json(out / "metrics.json", results)
+
+
+def read_results(stage: str) -> tuple[dict, dict] | None:
+    """(metrics.json, run.json) of the stage's ``dvc repro`` run (results/<stage>/), or None when the
+    stage has not run here (a fresh clone: ``dvc repro <stage>`` or ``dvc pull`` brings them)."""
+    import json
+    folder = resolve(f"results/{stage}")
+    if not (folder / "metrics.json").is_file():
+        return None
+    run = folder / "run.json"
+    return (json.loads((folder / "metrics.json").read_text()),
+            json.loads(run.read_text()) if run.is_file() else {})
+
+
+def print_measured(stage: str, describe) -> None:
+    """What the notebook's text reports at params.yaml scale, read from the results ``dvc repro`` wrote
+    (never typed into the notebook, so it cannot go stale): the scale, then ``describe(metrics)``."""
+    found = read_results(stage)
+    if found is None:
+        print(f"{stage} has not run at params.yaml scale here: `dvc repro {stage}` (or `dvc pull`) writes "
+              f"results/{stage}/, which this cell reads")
+        return
+    metrics, run = found
+    print(f"measured at params.yaml scale (results/{stage}/, written by `dvc repro {stage}`): "
+          f"{run.get('scale', '')}".rstrip(": "))
+    print(describe(metrics))

@@ -46,21 +46,24 @@ class Notebook:
 
 
 def smoke_notebooks() -> list[Notebook]:
-    """Every notebook with its stage name and smoke results folder, read from its py twin's
-    parameters cell (``stage = "..."``, ``results_dir = "..."``)."""
+    """Every stage's notebook and smoke results folder: the stage table (pflkit.stages) and the smoke
+    profile's output folder (``config.output_dirs``), for every twin whose parameters cell runs the
+    ``smoke`` profile."""
+    from pflkit import stages
+    from pflkit.config import output_dirs
     found = []
-    for twin in sorted((ROOT / "notebooks").rglob("*.py")):
-        text = twin.read_text()
-        stage = re.search(r'^stage = "([^"]+)"', text, re.M)
-        results = re.search(r'^results_dir = "([^"]+)"', text, re.M)
-        if stage and results:
-            found.append(Notebook(stage.group(1), twin.with_suffix(".ipynb"), ROOT / results.group(1)))
-    return found
+    for stage in stages.STAGES:
+        twin = ROOT / stage.notebook
+        if re.search(r'^profile = "smoke"', twin.read_text(), re.M):
+            results_dir, _ = output_dirs(stage.name, "smoke")
+            found.append(Notebook(stage.name, twin.with_suffix(".ipynb"), ROOT / results_dir))
+    return sorted(found, key=lambda nb: str(nb.notebook))
 
 
 # ----------------------------------------------------------------------------- running
 def _newest_source_mtime(nb: Notebook) -> float:
-    sources = [nb.notebook, nb.notebook.with_suffix(".py"), *(ROOT / "src" / "pflkit").rglob("*.py")]
+    sources = [nb.notebook, nb.notebook.with_suffix(".py"), ROOT / "params.yaml",
+               *(ROOT / "src" / "pflkit").rglob("*.py")]
     return max(p.stat().st_mtime for p in sources if p.exists())
 
 

@@ -34,10 +34,12 @@ def put(stage, dotted, value):
 
 
 def drop(stage, dotted=None):
-    """Delete the whole section, or the key ``stage.dotted``."""
+    """Delete the whole section (and its profile overlays), or the key ``stage.dotted``."""
     def change(params):
         if dotted is None:
             del params[stage]
+            for profile in (params.get("profiles") or {}).values():
+                profile.pop(stage, None)
             return
         *path, last = dotted.split(".")
         node = params[stage]
@@ -355,3 +357,61 @@ def test_notebook_smoke_parameters_build(notebook):
     finally:
         torch.set_num_threads(threads)
     assert cfg.stage == namespace["stage"]
+
+
+# --------------------------------------------------------------------------- profiles
+def test_profile_overlays_replace_keys_and_name_their_outputs():
+    """A profile replaces whole keys of the section (a nested mapping is not merged) and writes under
+    build/<profile>/; the default profile is the section as written, into results/ and figures/."""
+    from pflkit.config import stage_values
+    params = load_params(ROOT / "params.yaml")
+    default = stage_values(params, "perm_fig1")
+    smoke = stage_values(params, "perm_fig1", "smoke")
+    overlay = params["profiles"]["smoke"]["perm_fig1"]
+    assert default["results_dir"] == "results/perm_fig1" and default["figures_dir"] == "figures/perm"
+    assert smoke["results_dir"] == "build/smoke/perm_fig1" and smoke["figures_dir"] == "build/smoke/figures/perm"
+    assert smoke["pfedme"] == overlay["pfedme"] and smoke["rounds"] == overlay["rounds"] != default["rounds"]
+    assert smoke["device"] == "cpu"
+    untouched = [k for k in params["perm_fig1"] if k not in overlay and k != "device"]
+    assert untouched and all(smoke[k] == default[k] for k in untouched)
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda p: p["profiles"].update(tiny={"perm_fig1": {"rounds": 0}}),
+     r"profiles\.tiny: perm_fig1\.rounds: .*greater than or equal to 1"),
+    (lambda p: p["profiles"].update(tiny={"perm_fig99": {"rounds": 1}}),
+     r"profiles\.tiny\.perm_fig99: not a stage section of params\.yaml"),
+    (lambda p: p["profiles"].update(tiny={"perm_fig1": {"results_dir": "x"}}),
+     r"profiles\.tiny\.perm_fig1\.results_dir: set by the stage runner"),
+    (lambda p: p["profiles"].update(tiny=[1, 2]), r"profiles\.tiny: must be a mapping"),
+])
+def test_bad_profiles_are_reported_by_validate(change, match):
+    from pflkit.config import validate_all
+    params = load_params(ROOT / "params.yaml")
+    change(params)
+    problems = "\n".join(validate_all(params))
+    assert re.search(match, problems), problems
+
+
+def test_unknown_profile_names_the_known_ones():
+    from pflkit.config import ConfigError, stage_values
+    with pytest.raises(ConfigError,
+                       match=r"profile: unknown profile 'paper-ish'; params\.yaml defines \['default', 'smoke'"):
+        stage_values(load_params(ROOT / "params.yaml"), "perm_fig1", "paper-ish")
+
+
+def test_a_notebook_namespace_with_a_profile_reads_params_and_keeps_only_set_overrides(monkeypatch):
+    """What every notebook does: from_namespace with stage + profile reads params.yaml (PFLKIT_PARAMS
+    when the stage runner sets it); a None in the namespace keeps the file's value."""
+    import torch
+    from pflkit.config import stage_values
+    monkeypatch.setenv("PFLKIT_PARAMS", str(ROOT / "params.yaml"))
+    threads = torch.get_num_threads()
+    try:
+        cfg = registry()["perm_fig1"].from_namespace({"stage": "perm_fig1", "profile": "smoke", "threads": None,
+                                                       "results_dir": None, "figures_dir": "elsewhere"})
+    finally:
+        torch.set_num_threads(threads)
+    want = stage_values(load_params(ROOT / "params.yaml"), "perm_fig1", "smoke")
+    assert cfg.rounds == want["rounds"] and cfg.results_dir == "build/smoke/perm_fig1"
+    assert cfg.figures_dir == "elsewhere"

@@ -7,19 +7,20 @@ Per-method learning rates live in ``lr``; method-specific settings in their own 
 """
 from __future__ import annotations
 
+import inspect
 import time
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Callable
+from typing import Callable, Literal
 
 import pandas as pd
 from pydantic import Field, field_validator, model_validator
 
 from ..algorithms import FedAvg, Local, LocalizedFedAvg, PerFedAvg, PFedMe
 from ..algorithms.perm import ALPHA_INITS, ALPHA_SOLVERS, PERM
-from ..config import (DatasetName, PositiveInt, Section, Seed, StageConfig, image_partition_problems,
-                      raise_problems)
-from ..data.federated import FederatedDataset
+from ..algorithms.round import WEIGHTINGS
+from ..config import DatasetName, PositiveInt, Section, Seed, StageConfig, image_partition_problems, raise_problems
+from ..data.federated import BATCH_ORDERS, FederatedDataset
 from ..data.synthetic import perm_synthetic
 from ..engine import FunctionalModel, resolve_device
 from ..models import logistic
@@ -29,17 +30,23 @@ from ..report import environment, table_records
 from ..runner import DivergenceError, final_table, run_methods
 
 
+def default_of(cls, name: str):
+    """The default of ``cls.__init__``'s keyword ``name``: a config section takes its defaults from the
+    algorithm class, so each default lives in one place."""
+    return inspect.signature(cls.__init__).parameters[name].default
+
+
 class PermSection(Section):
-    """PERM's own settings (see pflkit.algorithms.perm.PERM)."""
-    lam: float = Field(300.0, ge=0)
-    alpha_solver: str = "gd"
-    alpha_steps: int = Field(50, ge=1)
-    alpha_samples: int | None = Field(None, ge=1)
-    global_lr: float = Field(0.5, gt=0)
-    global_steps: int = Field(1, ge=0)
-    warmup_rounds: int = Field(0, ge=0)
-    alpha_init: str = "uniform"
-    update_every: int | str | None = 5
+    """PERM's own settings (see pflkit.algorithms.perm.PERM; the defaults are the class's)."""
+    lam: float = Field(300.0, ge=0)  # the class has no default: Fig. 1's value
+    alpha_solver: str = default_of(PERM, "alpha_solver")
+    alpha_steps: int = Field(default_of(PERM, "alpha_steps"), ge=1)
+    alpha_samples: int | None = Field(default_of(PERM, "alpha_samples"), ge=1)
+    global_lr: float = Field(default_of(PERM, "global_lr"), gt=0)
+    global_steps: int = Field(default_of(PERM, "global_steps"), ge=0)
+    warmup_rounds: int = Field(default_of(PERM, "warmup_rounds"), ge=0)
+    alpha_init: str = default_of(PERM, "alpha_init")
+    update_every: int | str | None = default_of(PERM, "update_every")
 
     @field_validator("alpha_solver")
     @classmethod
@@ -66,28 +73,33 @@ class PermSection(Section):
 class PerFedAvgSection(Section):
     """Per-FedAvg's inner step alpha (its outer step beta is lr['perfedavg_fo' | 'perfedavg_hf'])."""
     alpha: float = Field(0.02, ge=0)
-    delta: float = Field(1e-3, gt=0)  # finite-difference Hessian-vector products (HF)
+    delta: float = Field(default_of(PerFedAvg, "delta"), gt=0)  # finite-difference Hessian-vector products (HF)
 
 
 class PFedMeSection(Section):
     """pFedMe's personal lr, lambda, K inner steps and server mixing beta (its lr is lr['pfedme'])."""
     personal_lr: float = Field(0.01, gt=0)
     lam: float = Field(15.0, gt=0)
-    inner_steps: int = Field(5, ge=1)
-    beta: float = Field(1.0, gt=0)
+    inner_steps: int = Field(default_of(PFedMe, "inner_steps"), ge=1)
+    beta: float = Field(default_of(PFedMe, "beta"), gt=0)
 
 
 def _local(m, c):
     return Local(m, local_steps=c.local_steps, lr=c.lr["local"], batch_size=c.batch_size)
 
 
+def _server(c) -> dict:
+    """The FedAvg family's server settings from the config: participants per round and weighting."""
+    return {"clients_per_round": c.clients_per_round, "weighting": c.weighting}
+
+
 def _fedavg(m, c):
-    return FedAvg(m, local_steps=c.local_steps, lr=c.lr["fedavg"], batch_size=c.batch_size)
+    return FedAvg(m, local_steps=c.local_steps, lr=c.lr["fedavg"], batch_size=c.batch_size, **_server(c))
 
 
 def _localized(m, c):
     return LocalizedFedAvg(m, local_steps=c.local_steps, lr=c.lr["localized_fedavg"], batch_size=c.batch_size,
-                           finetune_steps=c.finetune_steps, finetune_lr=c.finetune_lr)
+                           finetune_steps=c.finetune_steps, finetune_lr=c.finetune_lr, **_server(c))
 
 
 def _perm(m, c):
@@ -101,14 +113,14 @@ def _perm(m, c):
 def _perfedavg(variant):
     def make(m, c):
         return PerFedAvg(m, alpha=c.perfedavg.alpha, beta=c.lr[f"perfedavg_{variant}"], local_steps=c.local_steps,
-                         batch_size=c.batch_size, variant=variant, delta=c.perfedavg.delta)
+                         batch_size=c.batch_size, variant=variant, delta=c.perfedavg.delta, **_server(c))
     return make
 
 
 def _pfedme(m, c):
     p = c.pfedme
     return PFedMe(m, lr=c.lr["pfedme"], personal_lr=p.personal_lr, lam=p.lam, local_steps=c.local_steps,
-                  batch_size=c.batch_size, inner_steps=p.inner_steps, beta=p.beta)
+                  batch_size=c.batch_size, inner_steps=p.inner_steps, beta=p.beta, **_server(c))
 
 
 # method key (params.yaml) -> (display name, factory(model, cfg))
@@ -134,6 +146,12 @@ class RunConfig(StageConfig):
     methods: list[str]
     seeds: list[Seed] = Field(min_length=1)
     eval_every: int = Field(ge=1)
+    #: FedAvg, localized FedAvg, Per-FedAvg and pFedMe: clients sampled per round (null: all) and how the
+    #: server weights them; PERM (every client hosts one model per shuffle step) and Local train all
+    clients_per_round: int | None = Field(None, ge=1)
+    weighting: Literal[WEIGHTINGS] = "uniform"
+    #: minibatch draws of every method: with replacement, or shuffled passes over each client's rows
+    batch_order: Literal[BATCH_ORDERS] = "replacement"
     perm: PermSection = PermSection()
     perfedavg: PerFedAvgSection = PerFedAvgSection()
     pfedme: PFedMeSection = PFedMeSection()
@@ -165,6 +183,10 @@ class RunConfig(StageConfig):
         if missing:
             raise_problems([("lr", f"no value for methods {missing} (every method in methods needs its lr; "
                                    f"given: {sorted(self.lr)})")])
+        clients = getattr(self, "num_clients", None)
+        if self.clients_per_round is not None and clients is not None and self.clients_per_round > clients:
+            raise_problems([("clients_per_round", f"{self.clients_per_round} > num_clients = {clients} "
+                                                  "(null samples every client)")])
         return self
 
 
@@ -216,6 +238,17 @@ def describe_claim(claim: dict | None) -> str:
             f"best other ({claim['best_other']}) {claim['best_other_value']:.3f}, margin {claim['margin']:+.3f}")
 
 
+def describe_final(metrics: dict, metric: str = "accuracy") -> str:
+    """A curve stage's results (metrics.json) in words: methods ranked by final personalized
+    ``metric`` (mean +- sd over seeds), then the claim's verdict."""
+    final = metrics.get("final", {})
+    ranked = sorted(final.items(), key=lambda kv: -kv[1].get(f"{metric}_mean", float("-inf")))
+    parts = [f"{name} {row[f'{metric}_mean']:.3f}"
+             + (f" +- {row[f'{metric}_std']:.3f}" if f"{metric}_std" in row else "")
+             for name, row in ranked if f"{metric}_mean" in row]
+    return f"final personalized {metric}: " + " > ".join(parts) + "\n" + describe_claim(metrics.get("claim_perm_best"))
+
+
 def run_curves(cfg: RunConfig, model_factory: Callable, data_for_seed: Callable[[int], FederatedDataset],
                scale: str, show_progress: bool = True, record: dict | None = None,
                checkpoint: bool = True) -> CurvesResult:
@@ -227,7 +260,8 @@ def run_curves(cfg: RunConfig, model_factory: Callable, data_for_seed: Callable[
     methods = {METHODS[k][0]: (lambda k=k: METHODS[k][1](model, cfg)) for k in cfg.methods}
     start = time.perf_counter()
     states: dict = {}
-    history = run_methods(methods, lambda s: data_for_seed(s).to(device), cfg.seeds, cfg.rounds, cfg.eval_every,
+    history = run_methods(methods, lambda s: data_for_seed(s).to(device).with_batch_order(cfg.batch_order),
+                          cfg.seeds, cfg.rounds, cfg.eval_every,
                           show_progress, keep=states,
                           checkpoint_dir=resolve("build/checkpoints") / cfg.stage if checkpoint else None,
                           checkpoint_every=5, checkpoint_tag=cfg.model_dump_json())
@@ -246,7 +280,8 @@ def run_curves(cfg: RunConfig, model_factory: Callable, data_for_seed: Callable[
 
 
 def own_group_mass(alpha, groups):
-    """Share of each client's mixing vector alpha_i [N, N] on clients with its own group id [N] (group, majority label)."""
+    """Share of each client's mixing vector alpha_i [N, N] on clients with its own group id [N] (group,
+    majority label)."""
     same = (groups[:, None] == groups[None, :]).to(alpha)
     return (alpha * same).sum(1)
 
@@ -625,13 +660,14 @@ def fig3(cfg: PermFig3Config) -> pd.DataFrame:
             else:
                 img = load_images(DatasetSection(name="mnist", allow_download=False))
                 data = federate(img, cfg.num_clients, "iid", seed=0)
-                factory = lambda: mlp(img.shape, img.num_classes)  # noqa: E731
+                factory = lambda img=img: mlp(img.shape, img.num_classes)  # noqa: E731
             data = data.to(device)
             model = FunctionalModel(factory, device)
             # what the method factories read; timing only, so any small step size will do
             settings = SimpleNamespace(lr={k: 0.01 for k in METHODS}, local_steps=cfg.local_steps,
                                        batch_size=cfg.batch_size, finetune_steps=1, finetune_lr=0.01,
-                                       perm=cfg.perm, perfedavg=cfg.perfedavg, pfedme=cfg.pfedme)
+                                       perm=cfg.perm, perfedavg=cfg.perfedavg, pfedme=cfg.pfedme,
+                                       clients_per_round=None, weighting="uniform")
             for key in cfg.methods:
                 algo = METHODS[key][1](model, settings)
                 state = algo.round(algo.init(data, 0))

@@ -15,13 +15,12 @@ the data is label-skewed. Methods, all with the same rounds and K local steps pe
 
 Outputs: personalized test accuracy per budget group (final round, mean/sd over seeds), the
 curves, and per-client cost per round (parameters held, peak memory, FLOPs, communication) from the
-formulas in ``pflkit.algorithms.perm_hetero.round_cost``.
+formulas of the ``pflkit.algorithms.perm_hetero`` docstring (``cost_table``).
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import pandas as pd
