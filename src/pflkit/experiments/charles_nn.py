@@ -299,7 +299,7 @@ def _image_task(t: TaskSection, seed: int) -> Task:
     from ..models.femnist import femnist_cnn
     from ..models.resnet import resnet18_gn
     from ..paths import resolve
-    from .perm import image_federation
+    from .images import dataset_record, image_federation
     img = load_dataset(t.dataset, root=resolve(t.root), allow_download=t.allow_download, substitute=t.substitute)
     if t.dataset == "cifar100":
         from dataclasses import replace
@@ -319,8 +319,7 @@ def _image_task(t: TaskSection, seed: int) -> Task:
         def factory():
             return resnet18_gn(img.shape, img.num_classes, width=t.width)
         desc = f"ResNet-18-GN x{t.width:g}"
-    record = {"dataset": img.name, "paper_dataset": img.paper_dataset, "is_substitute": img.is_substitute,
-              "source": img.source}
+    record = dataset_record(img)
     return Task(data, factory, record, img.label, desc)
 
 

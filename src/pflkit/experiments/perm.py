@@ -19,9 +19,10 @@ from pydantic import Field, field_validator, model_validator
 from ..algorithms import FedAvg, Local, LocalizedFedAvg, PerFedAvg, PFedMe
 from ..algorithms.perm import ALPHA_INITS, ALPHA_SOLVERS, PERM
 from ..algorithms.round import WEIGHTINGS
-from ..config import DatasetName, PositiveInt, Section, Seed, StageConfig, image_partition_problems, raise_problems
+from ..config import PositiveInt, Section, Seed, StageConfig, image_partition_problems, raise_problems
 from ..data.federated import BATCH_ORDERS, FederatedDataset
 from ..data.synthetic import perm_synthetic
+from .images import DatasetSection, dataset_record, image_federation, load_images
 from ..engine import FunctionalModel, resolve_device
 from ..models import logistic
 from ..paths import resolve
@@ -316,14 +317,6 @@ def fig1(cfg: PermFig1Config, show_progress: bool = True, checkpoint: bool = Tru
 
 
 # --------------------------------------------------------------------------- Fig. 6: alpha heat maps
-class DatasetSection(Section):
-    """Which image dataset a stage asks for, and the named offline substitute when it cannot be had."""
-    name: DatasetName  # a name pflkit.data.vision knows (aliases allowed)
-    substitute: DatasetName | None = None
-    allow_download: bool = True
-    root: str = "data/raw"
-
-
 class PermFig6Config(StageConfig):
     dataset: DatasetSection
     num_clients: int = Field(ge=2)
@@ -343,18 +336,6 @@ class PermFig6Config(StageConfig):
                         for p in image_partition_problems(self.dataset, spec, self.num_clients,
                                                           key=f"schemes.{panel}", allow_natural=False)])
         return self
-
-
-def load_images(ds: DatasetSection):
-    from ..data.vision import load_dataset
-    from ..paths import resolve
-    return load_dataset(ds.name, root=resolve(ds.root), allow_download=ds.allow_download, substitute=ds.substitute)
-
-
-def dataset_record(img) -> dict:
-    """What actually ran, for metrics.json: never lets a substitute pass as the paper's data."""
-    return {"dataset": img.name, "paper_dataset": img.paper_dataset, "is_substitute": img.is_substitute,
-            "source": img.source}
 
 
 def alpha_summary(alpha, data: FederatedDataset) -> dict:
@@ -503,26 +484,6 @@ class PermFig2Config(ImageCurvesConfig):
 
 class PermFig4Config(ImageCurvesConfig):
     alpha_file: str  # PERM's final alpha (first seed), read by Fig. 5
-
-
-def image_federation(cfg: ImageCurvesConfig, img, seed: int) -> FederatedDataset:
-    """Partition (pooled, optionally subsampled) image data into cfg.num_clients clients."""
-    import numpy as np
-
-    from ..data.vision import federate
-    spec = dict(cfg.partition)
-    scheme = spec.pop("scheme")
-    if scheme == "natural" and img.writers is None:
-        raise ValueError(f"{img.label} has no writer ids for a natural split; set partition.scheme to "
-                         "iid/classes/dirichlet (the substitute's partition)")
-    if cfg.pool_size is not None and cfg.pool_size < len(img.y_train) + len(img.y_test):
-        rng = np.random.default_rng(10_000 + seed)
-        keep_tr = np.sort(rng.permutation(len(img.y_train))[: int(cfg.pool_size * 0.8)])
-        keep_te = np.sort(rng.permutation(len(img.y_test))[: cfg.pool_size - len(keep_tr)])
-        from dataclasses import replace
-        img = replace(img, x_train=img.x_train[keep_tr], y_train=img.y_train[keep_tr],
-                      x_test=img.x_test[keep_te], y_test=img.y_test[keep_te], writers=None)
-    return federate(img, cfg.num_clients, scheme, seed=seed, test_fraction=cfg.test_fraction, **spec)
 
 
 def image_curves(cfg: ImageCurvesConfig, show_progress: bool = True, checkpoint: bool = True) -> CurvesResult:

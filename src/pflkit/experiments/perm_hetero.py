@@ -34,7 +34,8 @@ from ..eval import evaluate
 from ..models.width import EXTRACTIONS, masks_for, mlp_spec, num_parameters
 from ..report import environment
 from ..runner import run_methods
-from .perm import DatasetSection, PermSection, Section, dataset_record, image_federation, load_images, unique
+from .images import DatasetSection, dataset_record, image_federation, load_images
+from .perm import PermSection, Section, unique
 
 METHOD_NAMES = {"perm_hetero": "PERM-hetero", "perm_hetero_paper": "PERM-hetero (paper D)",
                 "heterofl": "HeteroFL + FT", "fedrolex": "FedRolex + FT", "small_fedavg": "Small-model FedAvg + FT"}
