@@ -30,8 +30,9 @@ def test_gd_equals_water_filling_and_bisection(seed, lam):
     torch.testing.assert_close(gd, exact, atol=1e-6, rtol=0)
     for i in range(len(n)):
         torch.testing.assert_close(exact[i], ref.water_filling_bisection(d[i], n, lam), atol=1e-9, rtol=0)
-    # no feasible point does better (random simplex points)
-    rand = torch.distributions.Dirichlet(torch.ones(len(n))).sample((200,)).double()
+    # no feasible point does better (200 uniform simplex points: normalised exponentials, seeded)
+    e = -torch.rand(200, len(n), generator=torch.Generator().manual_seed(seed), dtype=torch.float64).log()
+    rand = e / e.sum(1, keepdim=True)
     best = objective(exact, d, n, lam)
     for i in range(len(n)):
         others = objective(rand, d[i].expand(200, -1), n, lam)
