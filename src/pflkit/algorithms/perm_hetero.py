@@ -174,17 +174,30 @@ def _set_widths(obj, model: FunctionalModel, spec: WidthSpec, fractions: Sequenc
     obj.extraction = extraction
 
 
-_STATIC: dict = {}
-
-
 def static_masks(spec: WidthSpec, fractions: Tensor, device) -> Params:
-    """Static masks (cached: they never change; callers must not modify them in place)."""
-    key = (id(spec), tuple(fractions.tolist()), str(device))
-    if key not in _STATIC or _STATIC[key][0] is not spec:
-        if len(_STATIC) > 64:
-            _STATIC.clear()
-        _STATIC[key] = (spec, masks_for(spec, fractions, "static", device=device))
-    return _STATIC[key][1]
+    """The static (first-units) sub-model masks of width ``fractions[i]`` per client."""
+    return masks_for(spec, fractions, "static", device=device)
+
+
+class _WidthMasks:
+    """What PartialFedAvg and PERMHetero share about sub-models: the static masks of the clients'
+    widths, built once per device and kept on the algorithm object (never in its state; callers must
+    not modify them in place), and each round's extraction masks."""
+
+    def personal_masks(self, data: FederatedDataset) -> Params:
+        """m_i: client i's static width-r_i sub-model (its personalized model's architecture)."""
+        cache = self.__dict__.setdefault("_static_masks", {})
+        key = str(data.device)
+        if key not in cache:
+            cache[key] = static_masks(self.spec, self.fractions, data.device)
+        return cache[key]
+
+    def round_masks(self, s: BaseState) -> Params:
+        """M_j^t: the sub-models of the global model's partial training this round."""
+        if self.extraction == "static":
+            return self.personal_masks(s.data)
+        return masks_for(self.spec, self.fractions, self.extraction, s.round, mask_generator(s.seed, s.round),
+                         s.data.device)
 
 
 def mask_generator(seed: int, round: int) -> torch.Generator:
@@ -198,7 +211,7 @@ class PartialState(BaseState):
     w: Params  # server model (full width)
 
 
-class PartialFedAvg:
+class PartialFedAvg(_WidthMasks):
     """Partial-training FedAvg (HeteroFL with ``static``, FedRolex with ``rolling`` extraction).
 
     Client i trains the sub-model of width ``fractions[i]`` each round; the server averages every
@@ -222,15 +235,6 @@ class PartialFedAvg:
             raise ValueError(f"fractions has {len(self.fractions)} entries but the data has "
                              f"{data.num_clients} clients")
 
-    def round_masks(self, s: BaseState) -> Params:
-        if self.extraction == "static":
-            return static_masks(self.spec, self.fractions, s.data.device)
-        return masks_for(self.spec, self.fractions, self.extraction, s.round, mask_generator(s.seed, s.round),
-                         s.data.device)
-
-    def personal_masks(self, data: FederatedDataset) -> Params:
-        return static_masks(self.spec, self.fractions, data.device)
-
     def init(self, data: FederatedDataset, seed: int) -> PartialState:
         self._check_data(data)
         return PartialState(data, torch.Generator().manual_seed(seed), seed, 0, self.model.init(seed))
@@ -252,7 +256,7 @@ class PartialFedAvg:
 
 
 # --------------------------------------------------------------------------- PERM-hetero
-class PERMHetero(PERM):
+class PERMHetero(_WidthMasks, PERM):
     """PERM (single loop / two stage) where client i's personalized model has width ``fractions[i]``.
 
     Settings as ``pflkit.algorithms.perm.PERM`` plus: ``spec`` (the width-scalable model),
@@ -285,17 +289,6 @@ class PERMHetero(PERM):
                           warmup_lr=warmup_lr, alpha_init=alpha_init, update_every=update_every)
         if name is not None:
             self.name = name
-
-    def personal_masks(self, data: FederatedDataset) -> Params:
-        """m_i: client i's static width-r_i sub-model (its personalized model's architecture)."""
-        return static_masks(self.spec, self.fractions, data.device)
-
-    def round_masks(self, s: PERMState) -> Params:
-        """M_j^t: the sub-models of the global model's partial training this round."""
-        if self.extraction == "static":
-            return static_masks(self.spec, self.fractions, s.data.device)
-        return masks_for(self.spec, self.fractions, self.extraction, s.round, mask_generator(s.seed, s.round),
-                         s.data.device)
 
     def _alpha(self, s: PERMState, init: Tensor | None) -> Tensor:
         solver = "gd" if init is not None else self.alpha_solver
