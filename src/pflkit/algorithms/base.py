@@ -12,6 +12,7 @@ from typing import Protocol
 
 import torch
 
+from .. import seeds
 from ..data.federated import FederatedDataset
 from ..engine.params import Params
 
@@ -37,7 +38,7 @@ class BaseState:
 def eval_generator(state: BaseState) -> torch.Generator:
     """Draws for evaluation-time adaptation (fine-tuning), separate from the training stream so that
     evaluating never changes the training trajectory."""
-    return torch.Generator().manual_seed(1_000_003 * (state.seed + 1) + state.round)
+    return torch.Generator().manual_seed(seeds.evaluation(state.seed, state.round))
 
 
 def check_positive(name: str, value, integer: bool = False, allow_zero: bool = False):

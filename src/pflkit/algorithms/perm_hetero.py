@@ -60,6 +60,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from .. import seeds
 from ..data.federated import FederatedDataset
 from ..engine.functional import FunctionalModel
 from ..engine.local_sgd import full_gradients, local_sgd
@@ -202,7 +203,7 @@ class _WidthMasks:
 
 def mask_generator(seed: int, round: int) -> torch.Generator:
     """The stream of ``random`` extraction, separate from the training draws."""
-    return torch.Generator().manual_seed(7_919 * (seed + 1) + 104_729 * round + 17)
+    return torch.Generator().manual_seed(seeds.extraction_masks(seed, round))
 
 
 # --------------------------------------------------------------------------- partial training baselines

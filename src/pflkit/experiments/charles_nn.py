@@ -38,6 +38,7 @@ from pydantic import Field, field_validator, model_validator
 from torch import Tensor
 from torch.func import vmap
 
+from .. import seeds
 from ..algorithms.round import client_update, sample_clients
 from ..algorithms.server_opt import MOMENTUM_KINDS, momentum_step
 from ..config import (HLDA_DEFAULTS, PARTITION_OPTIONS, DatasetName, Section, Seed, StageConfig,
@@ -86,7 +87,7 @@ class GridRun:
 def eval_batch(data: FederatedDataset, split: str, samples: int, seed: int):
     """A fixed random sample of ``samples`` pooled examples of ``split`` (all when fewer)."""
     x, y = (data.x_train, data.y_train) if split == "train" else (data.x_test, data.y_test)
-    g = torch.Generator().manual_seed(10_000 + seed)
+    g = torch.Generator().manual_seed(seeds.data_sample(seed))
     idx = torch.randperm(len(y), generator=g)[: min(samples, len(y))].to(x.device)
     return x[idx], y[idx]
 

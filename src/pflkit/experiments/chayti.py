@@ -16,6 +16,7 @@ import pandas as pd
 import torch
 from pydantic import Field, field_validator, model_validator
 
+from .. import seeds
 from ..algorithms.collaborative import BC, WGA, Alone, CollaborativeRun, run, tune_step_size
 from ..config import PositiveInt, Section, Seed, StageConfig, raise_problems
 from ..data.quadratic_users import NoisyQuadraticUsers
@@ -245,7 +246,7 @@ def fig2_convergence(cfg: ChaytiFig2Config) -> FigureResult:
         tuned = {}
         for name, make in (("Alone", Alone), ("WGA", lambda: WGA(cfg.a_wga))):
             best, table = tune_step_size(make, users, users.start(panel.x0, cfg.tuning_runs), cfg.eta_grid,
-                                         steps=cfg.steps, generator=_generator(device, cfg.seed + 1 + 1000 * p),
+                                         steps=cfg.steps, generator=_generator(device, seeds.tuning(cfg.seed, p)),
                                          loss=users.loss)
             tuned[name] = best
             tuning.append(table.assign(panel=panel.label, method=name))

@@ -2,6 +2,7 @@
 substitute), loading it, recording what actually ran, and partitioning it into a federation."""
 from __future__ import annotations
 
+from .. import seeds
 from ..config import DatasetName, Section
 from ..data.federated import FederatedDataset
 
@@ -38,7 +39,7 @@ def image_federation(cfg, img, seed: int) -> FederatedDataset:
         raise ValueError(f"{img.label} has no writer ids for a natural split; set partition.scheme to "
                          "iid/classes/dirichlet (the substitute's partition)")
     if cfg.pool_size is not None and cfg.pool_size < len(img.y_train) + len(img.y_test):
-        rng = np.random.default_rng(10_000 + seed)
+        rng = np.random.default_rng(seeds.data_sample(seed))
         keep_tr = np.sort(rng.permutation(len(img.y_train))[: int(cfg.pool_size * 0.8)])
         keep_te = np.sort(rng.permutation(len(img.y_test))[: cfg.pool_size - len(keep_tr)])
         from dataclasses import replace
