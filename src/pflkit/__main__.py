@@ -26,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--methods", default=None, help="comma-separated method keys (default: the stage's)")
     p.add_argument("--seeds", default="0")
     p.add_argument("--params", default="params.yaml")
+    p.add_argument("--profile", default="default", help="params.yaml profile of the stage's values "
+                                                          "(default: the section as written; smoke: a quick try)")
 
     p = sub.add_parser("notebooks", help="notebook twins: refresh (py -> executed ipynb) or check")
     p.add_argument("action", choices=["refresh", "check"])
@@ -53,12 +55,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"tune: cannot tune stage {args.stage!r} ({why}); stages it can tune: "
                       f"{', '.join(stages.tunable())}", file=sys.stderr)
                 return 1
-            cfg = validate_stage(load_params(args.params), args.stage)
+            cfg = validate_stage(load_params(args.params), args.stage, args.profile)
             lr_sweep = stages.resolve(entry.tune)  # the stage's sweep, e.g. pflkit.experiments.perm:lr_sweep
             table = lr_sweep(cfg, [float(x) for x in args.grid.split(",")],
                              args.methods.split(",") if args.methods else None,
                              [int(x) for x in args.seeds.split(",")])
-            out = write_csv(f"results/tuning/{args.stage}.csv", table)
+            folder = "results/tuning" if args.profile == "default" else f"build/{args.profile}/tuning"
+            out = write_csv(f"{folder}/{args.stage}.csv", table)
             print(table.round(4).to_string(index=False))
             print(f"wrote {out}")
         elif args.command == "validate":

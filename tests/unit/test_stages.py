@@ -86,3 +86,16 @@ def test_tune_refuses_a_stage_it_cannot_sweep(stage, why, capsys):
     assert f"cannot tune stage {stage!r} ({why})" in err
     assert "stages it can tune: perm_fig1, perm_fig2, perm_fig4" in err
     assert "Traceback" not in err
+
+
+def test_tune_a_profile_writes_under_build_not_into_results(capsys, monkeypatch, tmp_path):
+    """`tune --profile smoke` sweeps the smoke values (seconds) and writes build/smoke/tuning/, never the
+    results/tuning/ table the default profile's sweep keeps."""
+    import pflkit.__main__ as cli
+    written = []
+    monkeypatch.setattr("pflkit.io.write_csv", lambda path, frame: written.append((str(path), frame)) or path)
+    assert cli.main(["tune", "perm_fig1", "--profile", "smoke", "--grid", "0.1", "--methods", "fedavg",
+                     "--params", str(ROOT / "params.yaml")]) == 0
+    (path, frame), = written
+    assert path == "build/smoke/tuning/perm_fig1.csv"
+    assert list(frame["method"]) == ["fedavg"] and list(frame["lr"]) == [0.1]
