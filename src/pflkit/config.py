@@ -64,7 +64,6 @@ class Section(BaseModel):
     model_config = STRICT
 
 
-#: a seed: numpy and torch generators take integers >= 0
 def one_of(choices) -> Any:
     """A str config value that must be one of ``choices``; the error names the choices and the value
     (``must be one of ('a', 'b'), got 'c'``). Use as a field type: ``solver: one_of(SOLVERS) = "gd"``
@@ -78,6 +77,7 @@ def one_of(choices) -> Any:
     return Annotated[str, AfterValidator(check)]
 
 
+#: a seed: numpy and torch generators take integers >= 0
 Seed = Annotated[int, Field(ge=0)]
 #: a count or width (hidden units, channels, checkpoints): an integer >= 1
 PositiveInt = Annotated[int, Field(ge=1)]
