@@ -8,7 +8,8 @@ from torch import Tensor
 
 from .data.federated import FederatedDataset
 from .engine.functional import FunctionalModel
-from .engine.params import Params, num_models, take
+from .engine.local_sgd import over_buckets
+from .engine.params import Params, num_models
 
 
 @dataclass
@@ -31,28 +32,25 @@ class ClientMetrics:
 
 def evaluate(model: FunctionalModel, params: Params, data: FederatedDataset, split: str = "test",
              chunk: int = 256) -> ClientMetrics:
-    """Model i is scored on client i's ``split`` data; params are stacked [N, ..]."""
+    """Model i is scored on client i's ``split`` data; params are stacked [N, ..].
+
+    Runs over the real rows only: one masked batched call per size bucket (``engine.over_buckets``),
+    at most ``chunk`` models per call."""
     n_models = num_models(params)
     if n_models != data.num_clients:
         raise ValueError(f"evaluate needs one model per client: got {n_models} models for "
                          f"{data.num_clients} clients")
-    x, y, mask = data.padded(split)
-    loss_sum, correct = [], []
-    for a in range(0, n_models, chunk):
-        sl = torch.arange(a, min(a + chunk, n_models), device=x.device)
-        ls, cs = model.batched_stats(take(params, sl), x[sl], y[sl], mask[sl])
-        loss_sum.append(ls)
-        correct.append(cs)
-    n = mask.sum(1).double().cpu()
-    return ClientMetrics(accuracy=(torch.cat(correct).double().cpu() / n),
-                         loss=(torch.cat(loss_sum).double().cpu() / n), n=n.long())
+    loss_sum, correct = over_buckets(model.batched_stats, params, data, split, chunk=chunk)
+    n = data._split(split)[3].double()
+    return ClientMetrics(accuracy=(correct.double().cpu() / n), loss=(loss_sum.double().cpu() / n), n=n.long())
 
 
 def majority_baseline(data: FederatedDataset, split: str = "test") -> ClientMetrics:
     """Each client always predicts its most frequent *training* label (ties: smallest label)."""
     majority = data.label_counts("train").argmax(1)
-    _, y, mask = data.padded(split)
-    hit = (y.cpu() == majority.unsqueeze(1)) & mask.cpu()
-    n = mask.sum(1).cpu()
-    return ClientMetrics(accuracy=hit.sum(1).double() / n, loss=torch.full((data.num_clients,), float("nan"),
+    _, y, _, n = data._split(split)
+    owner = torch.repeat_interleave(torch.arange(data.num_clients), n)
+    hit = (y.cpu() == majority[owner]).double()
+    hits = torch.zeros(data.num_clients, dtype=torch.float64).index_add_(0, owner, hit)
+    return ClientMetrics(accuracy=hits / n.double(), loss=torch.full((data.num_clients,), float("nan"),
                          dtype=torch.float64), n=n.long())

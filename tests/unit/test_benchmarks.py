@@ -41,3 +41,18 @@ def test_threads_benchmark_writes_its_table(tmp_path):
     assert [(r["threads"], r["busy_core"]) for r in res["rows"]] == [("1", False), ("1", True)]
     assert all(r["status"] == "ok" and r["seconds"] > 0 for r in res["rows"])
     assert "| perm_fig1 | 1 | busy |" in (tmp_path / "threads.md").read_text()
+
+
+def test_uneven_benchmark_writes_its_table(tmp_path):
+    uneven = _load("uneven")
+    res = uneven.main(["--quick", "--threads", "1", "--out", str(tmp_path)])
+    w = res["workload"]
+    assert w["clients"] == 6 and w["train_rows"] < w["padded_train_rows"]
+    assert all(res["eval"][k]["median_s"] > 0 for k in ("buckets", "loop", "padded"))
+    assert {p["path"] for p in res["memory"]["points"]} == {"buckets", "padded"}
+    assert res["memory"]["real_rows_activation_bytes"] > 0
+    assert res["alpha"]["alpha_update"]["median_s"] > 0 and res["alpha"]["fedavg_round"]["median_s"] > 0
+    assert [t["what"].split()[0] for t in res["targets"]] == ["evaluation", "full-gradient", "PERM"]
+    saved = json.loads((tmp_path / "uneven.json").read_text())
+    assert saved["workload"] == w
+    assert "| evaluation (test split), ms |" in (tmp_path / "uneven.md").read_text()

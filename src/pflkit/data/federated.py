@@ -6,6 +6,7 @@ every model in a federation is therefore a single gather: ``x_train[indices]``.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
@@ -15,6 +16,37 @@ from torch import Tensor
 
 
 BATCH_ORDERS = ("replacement", "shuffled")
+#: size buckets (``FederatedDataset.size_buckets``): clients are grouped by the smallest width
+#: BUCKET_MIN_WIDTH * BUCKET_RATIO^k (rounded up) >= their size, so padding adds at most BUCKET_RATIO - 1
+#: of a client's rows (or pads it to BUCKET_MIN_WIDTH); merging buckets may add BUCKET_SLACK_ROWS more in all
+BUCKET_RATIO = 1.25
+BUCKET_MIN_WIDTH = 16
+BUCKET_SLACK_ROWS = 256
+
+
+@dataclass(frozen=True)
+class SizeBucket:
+    """Clients of similar size, padded to one width: ``x`` [n_b, width, ...], ``y`` [n_b, width, ...],
+    ``mask`` [n_b, width] (True on real rows), ``clients`` [n_b] their ids (increasing, CPU int64)."""
+    clients: Tensor
+    x: Tensor
+    y: Tensor
+    mask: Tensor
+
+    @property
+    def width(self) -> int:
+        return int(self.mask.shape[1])
+
+
+def bucket_width(size: int, ratio: float = BUCKET_RATIO, min_width: int = BUCKET_MIN_WIDTH) -> int:
+    """The size group of a client with ``size`` rows: the smallest ceil(min_width * ratio^k) >= size."""
+    if ratio <= 1.0:
+        raise ValueError(f"bucket ratio must be > 1, got {ratio!r}")
+    k, width = 0, int(min_width)
+    while width < size:
+        k += 1
+        width = int(math.ceil(min_width * ratio ** k - 1e-9))
+    return width
 
 
 @dataclass
@@ -35,6 +67,7 @@ class FederatedDataset:
     #: "shuffled" (passes over a fresh permutation of the client's rows within each call)
     batch_order: str = "replacement"
     _padded: dict = field(default_factory=dict, repr=False, compare=False)
+    _buckets: dict = field(default_factory=dict, repr=False, compare=False)
 
     # ----------------------------------------------------------------- construction
     @classmethod
@@ -115,14 +148,14 @@ class FederatedDataset:
         return replace(
             self,
             x_train=self.x_train.to(device), y_train=self.y_train.to(device),
-            x_test=self.x_test.to(device), y_test=self.y_test.to(device), _padded={},
+            x_test=self.x_test.to(device), y_test=self.y_test.to(device), _padded={}, _buckets={},
         )
 
     def with_batch_order(self, order: str) -> "FederatedDataset":
         """The same data (tensors shared) drawing its minibatches in ``order`` (see ``BATCH_ORDERS``)."""
         if order not in BATCH_ORDERS:
             raise ValueError(f"batch_order must be one of {BATCH_ORDERS}, got {order!r}")
-        return replace(self, batch_order=order, _padded=self._padded)
+        return replace(self, batch_order=order, _padded=self._padded, _buckets=self._buckets)
 
     def client(self, j: int, split: str = "train") -> tuple[Tensor, Tensor]:
         x, y, off, size = self._split(split)
@@ -193,6 +226,49 @@ class FederatedDataset:
             idx = idx.to(x.device)
             self._padded[split] = (x[idx], y[idx], mask.to(x.device))
         return self._padded[split]
+
+    def size_buckets(self, split: str = "test", ratio: float | None = None, min_width: int | None = None,
+                     slack: int | None = None) -> tuple[list[SizeBucket], Tensor]:
+        """The ``split`` data grouped into size buckets (cached): clients whose sizes round up to the same
+        ``bucket_width`` share one block padded to its largest member, so every client is padded by at
+        most ``ratio`` times its rows (or to ``min_width``), where ``padded`` pads every client to the
+        largest one. Then, cheapest first, a bucket is merged into the next wider one while the padding
+        all merges add stays within ``slack`` rows in total: a small federation runs as one call (the
+        padded layout), as a call costs more than a few hundred padded rows there. Defaults:
+        ``BUCKET_RATIO``, ``BUCKET_MIN_WIDTH``, ``BUCKET_SLACK_ROWS``.
+
+        Returns (buckets by increasing width, where [N, 2]: client j is row ``where[j, 1]`` of bucket
+        ``where[j, 0]``)."""
+        ratio = BUCKET_RATIO if ratio is None else float(ratio)
+        min_width = BUCKET_MIN_WIDTH if min_width is None else int(min_width)
+        slack = BUCKET_SLACK_ROWS if slack is None else int(slack)
+        key = (split, ratio, min_width, slack)
+        if key not in self._buckets:
+            x, y, off, size = self._split(split)
+            grid = torch.tensor([bucket_width(int(n), ratio, min_width) for n in size.tolist()], dtype=torch.long)
+            groups = [(grid == g).nonzero().squeeze(1) for g in torch.unique(grid).tolist()]
+            widths = [int(size[m].max()) for m in groups]
+            spent = 0
+            while len(groups) > 1:
+                costs = [groups[i].numel() * (widths[i + 1] - widths[i]) for i in range(len(groups) - 1)]
+                i = min(range(len(costs)), key=costs.__getitem__)
+                if spent + costs[i] > slack:
+                    break
+                spent += costs[i]
+                groups[i + 1] = torch.sort(torch.cat([groups[i], groups[i + 1]])).values
+                del groups[i], widths[i]
+            where = torch.empty(self.num_clients, 2, dtype=torch.long)
+            buckets = []
+            for b, (members, width) in enumerate(zip(groups, widths)):
+                where[members, 0] = b
+                where[members, 1] = torch.arange(members.numel())
+                pos = torch.arange(width)
+                mask = pos.unsqueeze(0) < size[members].unsqueeze(1)
+                idx = torch.where(mask, off[members].unsqueeze(1) + pos.unsqueeze(0), off[members].unsqueeze(1))
+                idx = idx.to(x.device)
+                buckets.append(SizeBucket(members, x[idx], y[idx], mask.to(x.device)))
+            self._buckets[key] = (buckets, where)
+        return self._buckets[key]
 
     def label_counts(self, split: str = "train") -> Tensor:
         """[N, num_classes] label histogram per client."""
