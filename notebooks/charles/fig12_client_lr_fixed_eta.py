@@ -43,7 +43,7 @@ from pflkit.paths import resolve
 
 cfg = charles_nn.CharlesFig12Config.from_namespace(globals())
 result = charles_nn.fig12(cfg)
-print(result.describe())
+print(charles_nn.describe(result))
 
 # %% [markdown]
 # Training loss early (about a quarter of the way) and final (mean of the last evaluations) per gamma,

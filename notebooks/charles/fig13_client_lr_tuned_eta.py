@@ -45,7 +45,7 @@ from pflkit.paths import resolve
 
 cfg = charles_nn.CharlesFig13Config.from_namespace(globals())
 result = charles_nn.fig13(cfg)
-print(result.describe())
+print(charles_nn.describe(result))
 
 # %% [markdown]
 # Per gamma: the tuned eta, training loss early (about a quarter of the way) and final (mean of the last

@@ -44,7 +44,7 @@ from pflkit.paths import resolve
 
 cfg = charles_nn.CharlesFig6Config.from_namespace(globals())
 result = charles_nn.fig6(cfg)
-print(result.describe())
+print(charles_nn.describe(result))
 
 # %% [markdown]
 # Tuned (gamma, eta) per curve, the mean test accuracy over all evaluated rounds (a convergence-speed

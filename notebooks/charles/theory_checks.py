@@ -30,8 +30,9 @@ from pflkit import report
 from pflkit.experiments import charles
 
 cfg = charles.CharlesTheoryConfig.from_namespace(globals())
-tables = charles.theory(cfg)
-print(tables["metrics"]["data"])
+result = charles.theory(cfg)
+tables = result.frames
+print(result.metrics["data"])
 
 # %% [markdown]
 # **Theorem 1.** E[ClientUpdate(i, x)] = grad f~_i(x) = Q_i A_i (x - c_i). Monte Carlo over
@@ -104,6 +105,6 @@ report.print_table(central.assign(converged_to_surrogate=central["|x_T - x*(a,g,
 report.print_table(central, decimals=4)
 
 # %%
-tables_out = {k: v.reset_index() for k, v in tables.items() if k != "metrics"}
-report.write_stage(cfg.results_dir, tables["metrics"], **tables_out)
+tables_out = {k: v.reset_index() for k, v in tables.items()}
+report.write_stage(cfg.results_dir, result.metrics, **tables_out)
 print("wrote", sorted(tables_out), "to", cfg.results_dir)

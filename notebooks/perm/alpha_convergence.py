@@ -33,11 +33,12 @@ from pflkit.experiments import perm as experiment
 from pflkit.paths import resolve
 
 cfg = experiment.PermAlphaConvergenceConfig.from_namespace(globals())
-table, shares, record = experiment.alpha_convergence(cfg)
+result = experiment.alpha_convergence(cfg)
+table, shares, record = result.convergence, result.shares, result.metrics
 
 # %%
 # trained float32 results: tests/regression compares them within measured tolerances
-summary = table.groupby("R")[["w_error", "alpha_error_l1", "own_group_mass_mean", "own_group_mass_min"]].mean()
+summary = result.table
 report.print_table(summary)
 
 # %% [markdown]
@@ -61,7 +62,7 @@ ax_err.set(xscale="log", yscale="log", xlabel="FedAvg rounds R (exact, K = 1)", 
 sns.histplot(data=shares, x="own_group_mass", hue="group", bins=20, binrange=(0, 1), multiple="stack", ax=ax_own)
 ax_own.set(xlabel=f"share of alpha_i inside client i's own group (R = {max(cfg.checkpoints)})",
            ylabel="clients (count)")
-scale = f"N={cfg.num_clients}, d={cfg.dim}, lambda={cfg.lam:g}, {len(cfg.seeds)} seeds"
+scale = result.scale
 plotting.finish(fig, plotting.title("PERM Theorem 1: alpha_hat -> alpha* as w^R -> w*", "perm-synthetic", scale))
 figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "alpha_convergence")
 

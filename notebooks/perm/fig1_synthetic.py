@@ -56,11 +56,11 @@ print(experiment.describe_claim(result.metrics.get("claim_perm_best")))
 
 # %% [markdown]
 # The line above judges this run; at the smoke profile it is not the paper's setting. The verdict at
-# params.yaml scale, read from the results `dvc repro perm_fig1` wrote:
+# params.yaml scale: this run's when `dvc repro` runs it, else read from the results it wrote:
 
 # %%
-# read from results/perm_fig1/ when dvc repro has run here (not compared by nbval)
-report.print_measured("perm_fig1", experiment.describe_final)
+# this run's results under dvc repro, else read from results/perm_fig1/ (not compared by nbval)
+report.print_measured(cfg, experiment.describe_final, result.metrics)
 
 # %% [markdown]
 # Fig. 1's mechanism: the share of PERM's final alpha_i inside client i's own group, per seed, next to

@@ -46,14 +46,14 @@ print(experiment.describe_claim(result.metrics.get("claim_perm_best")))
 
 # %% [markdown]
 # The verdict at params.yaml scale (every method at its best lr of the same grid and round budget,
-# `python -m pflkit tune perm_fig2`), read from the results `dvc repro perm_fig2` wrote. Where PERM
-# trails, its shuffling step eta * alpha_ij * N is the suspect: it is large on the few clients alpha
-# favours, so PERM's best lr sits at the low edge of the grid (see results/tuning/perm_fig2.csv). This is
-# a CPU-scale run on a substitute dataset, not the paper's setting.
+# `python -m pflkit tune perm_fig2`): this run's when `dvc repro` runs it, else read from the results it
+# wrote. Where PERM trails, its shuffling step eta * alpha_ij * N is the suspect: it is large on the few
+# clients alpha favours, so PERM's best lr sits at the low edge of the grid (see
+# results/tuning/perm_fig2.csv). This is a CPU-scale run on a substitute dataset, not the paper's setting.
 
 # %%
-# read from results/perm_fig2/ when dvc repro has run here (not compared by nbval)
-report.print_measured("perm_fig2", experiment.describe_final)
+# this run's results under dvc repro, else read from results/perm_fig2/ (not compared by nbval)
+report.print_measured(cfg, experiment.describe_final, result.metrics)
 
 # %%
 fig = plotting.accuracy_loss_figure(result.history, "PERM Fig. 2: personalized accuracy and loss",

@@ -36,7 +36,7 @@ from pflkit.experiments import perm as experiment
 from pflkit.paths import resolve
 
 cfg = experiment.PermFig3Config.from_namespace(globals())
-times = experiment.fig3(cfg)
+times = experiment.fig3(cfg).times
 
 # %%
 # NBVAL_CHECK_OUTPUT

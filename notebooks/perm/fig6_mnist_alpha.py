@@ -28,19 +28,19 @@ results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<s
 figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
-import pandas as pd
 
 from pflkit import plotting, report
 from pflkit.experiments import perm as experiment
 from pflkit.paths import resolve
 
 cfg = experiment.PermFig6Config.from_namespace(globals())
-panels, data_record = experiment.fig6(cfg)
+result = experiment.fig6(cfg)
+panels, data_record = result.panels, result.metrics
 print(data_record)
 
 # %%
 # trained float32 results: tests/regression compares them within measured tolerances
-table = pd.DataFrame({name: p.summary for name, p in panels.items()}).T
+table = result.table
 report.print_table(table)
 
 # %%

@@ -84,15 +84,21 @@ def read_results(stage: str) -> tuple[dict, dict] | None:
             json.loads(run.read_text()) if run.is_file() else {})
 
 
-def print_measured(stage: str, describe) -> None:
-    """What the notebook's text reports at params.yaml scale, read from the results ``dvc repro`` wrote
-    (never typed into the notebook, so it cannot go stale): the scale, then ``describe(metrics)``."""
+def print_measured(cfg, describe, metrics: Mapping | None = None) -> None:
+    """What the notebook's text reports at params.yaml scale (never typed into the notebook, so it
+    cannot go stale): ``describe(metrics)`` of this run when it is the default profile's (what
+    ``dvc repro`` runs, writing results/<stage>/), else of the results ``dvc repro`` wrote there."""
+    stage = cfg.stage
+    if metrics is not None and cfg.results_dir == f"results/{stage}":
+        print(f"this run is at params.yaml scale (profile default): {getattr(cfg, 'scale', '')}".rstrip(": "))
+        print(describe(metrics))
+        return
     found = read_results(stage)
     if found is None:
         print(f"{stage} has not run at params.yaml scale here: `dvc repro {stage}` (or `dvc pull`) writes "
               f"results/{stage}/, which this cell reads")
         return
-    metrics, run = found
+    saved, run = found
     print(f"measured at params.yaml scale (results/{stage}/, written by `dvc repro {stage}`): "
           f"{run.get('scale', '')}".rstrip(": "))
-    print(describe(metrics))
+    print(describe(saved))

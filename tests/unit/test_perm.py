@@ -176,7 +176,8 @@ def test_fig6_alpha_sparse_on_one_class_split_and_diffuse_on_iid():
         dataset={"name": "mnist", "allow_download": False}, num_clients=20,
         schemes={"iid": {"scheme": "iid"}, "one": {"scheme": "classes", "classes_per_client": 1}},
         test_fraction=0.2, hidden=[50], fedavg_rounds=3, local_steps=5, batch_size=20, lr=0.05, lam=2000.0))
-    panels, record = fig6(cfg)
+    result = fig6(cfg)
+    panels, record = result.panels, result.metrics
     assert record["dataset"] == "mnist" and record["is_substitute"] is False
     one, iid = panels["one"].summary, panels["iid"].summary
     assert one["same_label_mass_mean"] >= 0.95 and one["same_label_mass_min"] >= 0.9

@@ -1,7 +1,7 @@
 """Charles & Konecny experiments: Pareto frontiers (Figs. 1-5, 7-10) and the theory checks notebook.
 
 One config per stage (params.yaml section ``charles_fig<N>`` / ``charles_theory``) and one function
-per figure returning a ``FrontierResult``: the long frame of (rho, Delta) points to plot, a small
+per figure returning a ``StageResult``: the long frame of (rho, Delta) points to plot, a small
 summary table (the nbval reference) and metrics.json content. All numbers come from
 ``pflkit.theory.surrogate`` (analytic frontiers from the kappa bounds (11)/(13), simulated MAML
 frontiers from random matrices, App. D.1) and, for the theory checks, from running LocalUpdate.
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -21,21 +20,12 @@ from pydantic import Field, field_validator, model_validator
 from ..config import Seed, StageConfig, raise_problems
 from ..report import environment, table_records
 from ..theory import surrogate as S
+from .result import StageResult
 
 ServerName = Literal["gd", "nesterov", "heavy_ball"]
 SERVER_LABELS = {"gd": "no momentum", "nesterov": "Nesterov", "heavy_ball": "heavy-ball"}
 ANALYTIC = "quadratic clients, analytic (eqs. 11/13, Table 2, 17)"
 SIMULATED = "random A = b1 B^T B + b2 I, simulated (App. D.1)"
-
-
-@dataclass
-class FrontierResult:
-    frame: pd.DataFrame  # one row per (rho, delta) point with the curve's labels
-    table: pd.DataFrame  # per-curve summary (the nbval reference)
-    data_label: str
-    scale: str
-    metrics: dict
-    extra: dict = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -89,11 +79,11 @@ def summarize(frame: pd.DataFrame, by: list[str], rho_ref: float = 0.5) -> pd.Da
     return pd.DataFrame(rows).set_index(by)
 
 
-def _result(cfg, frame, table, label, scale, start, **extra_metrics) -> FrontierResult:
+def _result(cfg, frame, table, label, scale, start, **extra_metrics) -> StageResult:
     metrics = {"stage": cfg.stage, "data": label, "scale": scale, "summary": table_records(table),
                **extra_metrics, "runtime_s": round(time.perf_counter() - start, 3),
                "environment": environment(), "config": cfg.model_dump()}
-    return FrontierResult(frame, table, label, scale, metrics)
+    return StageResult(table, metrics, label, scale, frames={"frame": frame})
 
 
 def label_server(frame: pd.DataFrame) -> pd.DataFrame:
@@ -254,7 +244,7 @@ class CharlesTheoryConfig(StageConfig):
 
 
 # ------------------------------------------------------------------------------- figures 1-4, 9
-def fig1(cfg: CharlesFig1Config) -> FrontierResult:
+def fig1(cfg: CharlesFig1Config) -> StageResult:
     """Fig. 1: (rho, Delta) for Theta_{1:K}, alpha = 0, GD: gamma fixed / K varies, and K fixed / gamma varies."""
     start = time.perf_counter()
     frames = []
@@ -274,7 +264,7 @@ def fig1(cfg: CharlesFig1Config) -> FrontierResult:
     return _result(cfg, frame, table, ANALYTIC, scale, start)
 
 
-def fig2(cfg: CharlesFig2Config) -> FrontierResult:
+def fig2(cfg: CharlesFig2Config) -> StageResult:
     """Fig. 2: Theta_{1:K}, gamma = 1/(2L), ServerOpt GD / Nesterov / heavy-ball, several L."""
     start = time.perf_counter()
     frame = pd.concat([S.frontier(cfg.mu, L, alpha=0.0, gamma=cfg.gamma_factor / L, K=cfg.ks(), theta="sum",
@@ -288,7 +278,7 @@ def fig2(cfg: CharlesFig2Config) -> FrontierResult:
                    heavy_ball_max_asymmetry=None if hb is None else float(hb.max()))
 
 
-def fig3(cfg: CharlesFig3Config) -> FrontierResult:
+def fig3(cfg: CharlesFig3Config) -> StageResult:
     """Fig. 3: Theta_{1:K}, gamma = 1/(2(L+alpha)), alpha varies, GD: each alpha > 0 frontier lies on alpha = 0's."""
     start = time.perf_counter()
     frame = pd.concat([S.frontier(cfg.mu, cfg.L, alpha=a, gamma=cfg.gamma_factor / (cfg.L + a), K=cfg.ks(),
@@ -303,7 +293,7 @@ def fig3(cfg: CharlesFig3Config) -> FrontierResult:
     return _result(cfg, frame, table, ANALYTIC, scale, start)
 
 
-def fig4(cfg: CharlesFig4Config) -> FrontierResult:
+def fig4(cfg: CharlesFig4Config) -> StageResult:
     """Fig. 4: FedAvg (Theta_{1:K}, gamma fixed) vs MAML-style (Theta_K, gamma = 1/(2LK)), three ServerOpts."""
     start = time.perf_counter()
     ks = cfg.ks()
@@ -323,7 +313,7 @@ def fig4(cfg: CharlesFig4Config) -> FrontierResult:
     return _result(cfg, frame, table, ANALYTIC, scale, start)
 
 
-def fig9(cfg: CharlesFig9Config) -> FrontierResult:
+def fig9(cfg: CharlesFig9Config) -> StageResult:
     """Fig. 9: Theta_K with gamma = 1e-7 and several alpha (Lemma 4 range gamma < 1/(KL + alpha)), GD."""
     start = time.perf_counter()
     frame = pd.concat([S.frontier(cfg.mu, cfg.L, alpha=a, gamma=cfg.gamma, K=cfg.ks(), theta="last")
@@ -339,7 +329,7 @@ def fig9(cfg: CharlesFig9Config) -> FrontierResult:
 
 
 # ------------------------------------------------------------------- simulated MAML (5, 7, 8, 10)
-def simulated(cfg: SimulatedConfig) -> FrontierResult:
+def simulated(cfg: SimulatedConfig) -> StageResult:
     """Simulated Theta_K (MAML) frontiers for each (L, alpha, d, ServerOpt) plus the analytic
     Theta_{1:K} (FedAvg) frontier with the same gamma; reports the d-max MAML curve's cusp (its
     smallest rho) against the alpha = 0 FedAvg curve's Delta-axis intercept (one-shot averaging,
@@ -378,7 +368,7 @@ def simulated(cfg: SimulatedConfig) -> FrontierResult:
 
 
 # ----------------------------------------------------------------------------- theory checks
-def theory(cfg: CharlesTheoryConfig) -> dict[str, pd.DataFrame]:
+def theory(cfg: CharlesTheoryConfig) -> StageResult:
     """Tables checking Theorem 1 (Monte Carlo and exact), Theorem 2, Lemmas 3-5, Table 2 and Corollary 1
     on random quadratic clients. Returns {name: table} plus 'metrics' (a dict)."""
     from ..algorithms.local_update import MAML, QuadraticLocalUpdate, ServerOpt, maml_theta
@@ -494,8 +484,10 @@ def theory(cfg: CharlesTheoryConfig) -> dict[str, pd.DataFrame]:
                "lemma5": table_records(lem5), "table2": table_records(table2), "central": table_records(central),
                "runtime_s": round(time.perf_counter() - start, 3), "environment": environment(),
                "config": cfg.model_dump()}
-    return {"theorem1": thm1, "theorem2": thm2, "lemmas34": lem34, "lemma5": lem5, "table2": table2,
-            "central": central, "metrics": metrics}
+    frames = {"theorem1": thm1, "theorem2": thm2, "lemmas34": lem34, "lemma5": lem5, "table2": table2,
+              "central": central}
+    return StageResult(thm1, metrics, metrics["data"], f"{cfg.rounds} rounds, {cfg.monte_carlo_runs} Monte Carlo runs",
+                       frames=frames)
 
 
 # ------------------------------------------------------------------------------------ plotting

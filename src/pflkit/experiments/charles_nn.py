@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Literal
 
@@ -48,6 +48,7 @@ from ..engine import FunctionalModel, resolve_device
 from ..engine.params import Params, broadcast, scale_like
 from ..progress import note
 from ..report import environment
+from .result import StageResult
 
 TASKS = ("femnist", "cifar100", "shakespeare")
 SERVER_KINDS = MOMENTUM_KINDS  # a grid steps its gd, heavy-ball and Nesterov settings together
@@ -424,23 +425,19 @@ class CharlesFig6Config(NNConfig):
 
 
 # ------------------------------------------------------------------------------- figures
-@dataclass
-class NNResult:
-    history: pd.DataFrame  # run_grid history + task column
-    diverged: pd.DataFrame
-    tuned: pd.DataFrame  # chosen settings (Figs. 6, 13) or all settings (Fig. 12)
-    table: pd.DataFrame  # the nbval reference (rounded numbers per curve)
-    metrics: dict
-    run_info: dict
-    scale: str
-    labels: dict = field(default_factory=dict)  # task -> dataset label
-    grid: pd.DataFrame | None = None  # every setting's history (Figs. 6, 13: before tuning)
+def describe(result: StageResult) -> str:
+    """One line per task (the dataset that ran, its source, model size, seconds), then the scale."""
+    lines = [f"{name}: {result.labels[name]} | source: {rec['source']} | {rec['params']:,} params | "
+             f"{rec['seconds']} s" for name, rec in result.metrics["tasks"].items()]
+    return "\n".join(lines + [result.scale])
 
-    def describe(self) -> str:
-        """One line per task (the dataset that ran, its source, model size, seconds), then the scale."""
-        lines = [f"{name}: {self.labels[name]} | source: {rec['source']} | {rec['params']:,} params | "
-                 f"{rec['seconds']} s" for name, rec in self.metrics["tasks"].items()]
-        return "\n".join(lines + [self.scale])
+
+def _result(history, diverged, tuned, table, metrics, run_info, scale, labels, grid=None) -> StageResult:
+    """history: run_grid history + task column; tuned: the chosen settings (Figs. 6, 13) or all settings
+    (Fig. 12); grid: every setting's history before tuning (Figs. 6, 13); labels: task -> dataset label."""
+    return StageResult(table, metrics, ", ".join(labels.values()), scale, run_info,
+                       frames={"history": history, "diverged": diverged, "tuned": tuned, "grid": grid},
+                       extra={"labels": labels})
 
 
 def _run_tasks(cfg: NNConfig, settings: list[Setting], watch: str, splits: dict[str, str]):
@@ -508,7 +505,7 @@ def claim_early_vs_final(trade: pd.DataFrame, key: str = "gamma") -> dict:
     return out
 
 
-def fig12(cfg: CharlesFig12Config) -> NNResult:
+def fig12(cfg: CharlesFig12Config) -> StageResult:
     """Training loss vs rounds: alpha = 0, Theta_{1:K}, server GD with fixed eta, gamma varies."""
     start = time.perf_counter()
     settings = [Setting(gamma=g, eta=cfg.eta, variant=f"gamma = {g:g}") for g in cfg.gammas]
@@ -522,10 +519,10 @@ def fig12(cfg: CharlesFig12Config) -> NNResult:
                "tradeoff": trade.to_dict("records"), "claim_larger_gamma_faster_early_worse_final": claim,
                "runtime_s": round(time.perf_counter() - start, 1)}
     table = trade.set_index(["task", "gamma"])[["loss_early", "loss_final"]]
-    return NNResult(hist, dead, trade, table, metrics, _info(cfg, scale, records, start), scale, labels)
+    return _result(hist, dead, trade, table, metrics, _info(cfg, scale, records, start), scale, labels)
 
 
-def fig13(cfg: CharlesFig13Config) -> NNResult:
+def fig13(cfg: CharlesFig13Config) -> StageResult:
     """Fig. 12 with eta tuned per gamma (lowest mean training loss over the last evaluations)."""
     start = time.perf_counter()
     settings = [Setting(gamma=g, eta=e, variant=f"gamma = {g:g}") for g in cfg.gammas for e in cfg.etas]
@@ -542,10 +539,10 @@ def fig13(cfg: CharlesFig13Config) -> NNResult:
                "tradeoff": trade.to_dict("records"), "claim_larger_gamma_faster_early_worse_final": claim,
                "runtime_s": round(time.perf_counter() - start, 1)}
     table = trade.set_index(["task", "gamma"])[["eta", "loss_early", "loss_final"]]
-    return NNResult(chosen, dead, tuned, table, metrics, _info(cfg, scale, records, start), scale, labels, hist)
+    return _result(chosen, dead, tuned, table, metrics, _info(cfg, scale, records, start), scale, labels, hist)
 
 
-def fig6(cfg: CharlesFig6Config) -> NNResult:
+def fig6(cfg: CharlesFig6Config) -> StageResult:
     """Test accuracy of tuned LocalUpdate(Theta_{1:K}) on FEMNIST: (left) server momentum with
     alpha = 0, (right) no momentum with varying alpha. Each curve is tuned over gammas x etas by the
     best mean test accuracy over the last evaluations (App. E.3). Fig. 11 re-plots the same runs."""
@@ -594,8 +591,8 @@ def fig6(cfg: CharlesFig6Config) -> NNResult:
     metrics = {"tasks": records, "tuned": table.reset_index().to_dict("records"), "claims": claims,
                "diverged": dead[["variant", "gamma", "eta", "round", "reason"]].to_dict("records"),
                "runtime_s": round(time.perf_counter() - start, 1)}
-    return NNResult(chosen, dead, tuned, table[["gamma", "eta", "acc_mean_over_rounds", "acc_final"]],
-                    metrics, _info(cfg, scale, records, start), scale, labels, hist)
+    return _result(chosen, dead, tuned, table[["gamma", "eta", "acc_mean_over_rounds", "acc_final"]],
+                   metrics, _info(cfg, scale, records, start), scale, labels, hist)
 
 
 # ------------------------------------------------------------------------------- plotting helpers

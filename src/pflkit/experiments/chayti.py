@@ -9,7 +9,6 @@ over the last ``tail_fraction`` of the steps, then mean and SE over runs (less n
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -24,6 +23,7 @@ from ..device import resolve_device
 from ..progress import note
 from ..report import environment
 from ..theory import speedup as theory
+from .result import StageResult
 
 DATA_LABEL = "noisy quadratic users (1-D)"
 
@@ -120,16 +120,6 @@ class ChaytiFig5Config(SweepConfig):
 
 
 # -- shared helpers ----------------------------------------------------------------------------------
-@dataclass
-class FigureResult:
-    curves: pd.DataFrame   # step, label, mean, se, q10, q90, theory  (one row per recorded step and curve)
-    table: pd.DataFrame    # one row per curve: final/tail loss (mean, se), theory floor, ...
-    data_label: str
-    scale: str
-    metrics: dict
-    extra: dict
-
-
 def _generator(device: torch.device, seed: int) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(seed)
 
@@ -171,7 +161,7 @@ def _metrics(cfg, scale, table, elapsed, device, **extra) -> dict:
 
 
 # -- Fig. 1 ----------------------------------------------------------------------------------------------
-def fig1_speedup(cfg: ChaytiFig1Config) -> FigureResult:
+def fig1_speedup(cfg: ChaytiFig1Config) -> StageResult:
     """Heat map of S(N, tau) = 1 + N / (1 + N tau) (Sec. 4) and a simulated check of it.
 
     Check: on the 1-D quadratic with step eta, the stationary losses of Alone and of WGA with weight a are
@@ -223,12 +213,12 @@ def fig1_speedup(cfg: ChaytiFig1Config) -> FigureResult:
                                  "S(N=1000, tau=1)": float(theory.wga_speedup(1000, 1.0))},
                "runtime_s": round(elapsed, 2), "device": str(device), "environment": environment(),
                "config": cfg.model_dump()}
-    return FigureResult(curves=heatmap, table=table, data_label=DATA_LABEL, scale=scale, metrics=metrics,
-                        extra={"n_grid": n_grid, "tau_grid": tau_grid, "speedup": heat})
+    return StageResult(table, metrics, DATA_LABEL, scale, frames={"curves": heatmap},
+                       extra={"n_grid": n_grid, "tau_grid": tau_grid, "speedup": heat})
 
 
 # -- Fig. 2 ----------------------------------------------------------------------------------------------
-def fig2_convergence(cfg: ChaytiFig2Config) -> FigureResult:
+def fig2_convergence(cfg: ChaytiFig2Config) -> StageResult:
     """Alone, WGA and BC loss curves per panel. Alone's and WGA's eta are tuned on ``eta_grid`` by mean
     final loss over ``tuning_runs`` runs per grid point drawn from seed + 1 (one batched pass per method);
     the reported curves use ``runs`` fresh draws from ``seed``. BC keeps the panel's eta_bc and b (not tuned, as
@@ -278,8 +268,8 @@ def fig2_convergence(cfg: ChaytiFig2Config) -> FigureResult:
                "tuning": pd.concat(tuning).to_dict("records"),
                "runtime_s": round(elapsed, 2), "device": str(device), "environment": environment(),
                "config": cfg.model_dump()}
-    return FigureResult(pd.concat(curves, ignore_index=True), table, DATA_LABEL, scale, metrics,
-                        {"tuning": pd.concat(tuning, ignore_index=True)})
+    return StageResult(table, metrics, DATA_LABEL, scale, frames={"curves": pd.concat(curves, ignore_index=True)},
+                       extra={"tuning": pd.concat(tuning, ignore_index=True)})
 
 
 # -- Figs. 3-5 ----------------------------------------------------------------------------------------------
@@ -315,7 +305,7 @@ def _steps_to_floor(curves: pd.DataFrame, table: pd.DataFrame, factor: float = 2
     return out
 
 
-def fig3_bc_heterogeneity(cfg: ChaytiFig3Config) -> FigureResult:
+def fig3_bc_heterogeneity(cfg: ChaytiFig3Config) -> StageResult:
     """BC for each zeta: the same final level (independent of zeta), reached later for larger zeta."""
     kw = dict(a=cfg.a, b=cfg.b)
     curves, table, elapsed, device = _sweep(
@@ -333,10 +323,10 @@ def fig3_bc_heterogeneity(cfg: ChaytiFig3Config) -> FigureResult:
                                "steps_to_2x_floor": _steps_to_floor(curves, table),
                                "peak_over_initial_loss": {label: float(sub["mean"].max() / sub["mean"].iloc[0])
                                                           for label, sub in curves.groupby("label", sort=False)}})
-    return FigureResult(curves, table, DATA_LABEL, scale, metrics, {})
+    return StageResult(table, metrics, DATA_LABEL, scale, frames={"curves": curves})
 
 
-def fig4_wga_heterogeneity(cfg: ChaytiFig4Config) -> FigureResult:
+def fig4_wga_heterogeneity(cfg: ChaytiFig4Config) -> StageResult:
     """WGA for each zeta: the final level grows like a^2 zeta^2 / (2 mu)."""
     kw = dict(a=cfg.a)
     curves, table, elapsed, device = _sweep(
@@ -352,10 +342,10 @@ def fig4_wga_heterogeneity(cfg: ChaytiFig4Config) -> FigureResult:
                                "tail_over_paper_floor": {r["label"]: float(r["tail"] / r["paper_floor"])
                                                          for _, r in table.iterrows() if r["paper_floor"] > 0},
                                "bias_dominated_labels": list(big["label"])})
-    return FigureResult(curves, table, DATA_LABEL, scale, metrics, {})
+    return StageResult(table, metrics, DATA_LABEL, scale, frames={"curves": curves})
 
 
-def fig5_bc_collaborators(cfg: ChaytiFig5Config) -> FigureResult:
+def fig5_bc_collaborators(cfg: ChaytiFig5Config) -> StageResult:
     """BC for each N with fixed a, b: the level improves with N, then saturates (the EMA noise term
     a^2 b sigma^2 (1 + 1/N) / 2 does not shrink below a^2 b sigma^2 / 2)."""
     kw = dict(a=cfg.a, b=cfg.b)
@@ -366,7 +356,7 @@ def fig5_bc_collaborators(cfg: ChaytiFig5Config) -> FigureResult:
     gains = {f"{int(a)}->{int(b)}": float(tails[a] / tails[b]) for a, b in zip(tails.index[:-1], tails.index[1:])}
     scale = f"zeta={cfg.zeta:g}, eta={cfg.eta}, a={cfg.a}, b={cfg.b}, T={cfg.steps}, {cfg.runs} runs"
     metrics = _metrics(cfg, scale, table, elapsed, device, claims={"tail_ratio_between_consecutive_N": gains})
-    return FigureResult(curves, table, DATA_LABEL, scale, metrics, {})
+    return StageResult(table, metrics, DATA_LABEL, scale, frames={"curves": curves})
 
 
 def loss_axes(ax, curves: pd.DataFrame, labels=None, theory_style: str = "--"):

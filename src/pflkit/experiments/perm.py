@@ -23,6 +23,7 @@ from ..config import PositiveInt, Section, Seed, StageConfig, image_partition_pr
 from ..data.federated import BATCH_ORDERS, FederatedDataset
 from ..data.synthetic import perm_synthetic
 from .images import DatasetSection, dataset_record, image_federation, load_images
+from .result import StageResult
 from ..engine import FunctionalModel, resolve_device
 from ..models import MODELS, logistic
 from ..paths import resolve
@@ -198,17 +199,6 @@ class PermFig1Config(RunConfig):
     test_fraction: float = Field(gt=0, lt=1)
 
 
-@dataclass
-class CurvesResult:
-    history: pd.DataFrame  # tidy: round, method, seed, metric, value
-    table: pd.DataFrame  # final-round mean/std per method
-    data_label: str
-    scale: str
-    metrics: dict  # -> metrics.json (numbers + which dataset ran)
-    run_info: dict  # -> run.json (config, data summary, environment)
-    states: dict | None = None  # (method, seed) -> final state
-
-
 def perm_claim(table: pd.DataFrame, metric: str = "accuracy_mean") -> dict | None:
     """The paper's claim for its curve figures: PERM's final personalized accuracy (mean over seeds)
     is at least every other method's (the majority-class baseline aside). None when PERM or every
@@ -243,7 +233,7 @@ def describe_final(metrics: dict, metric: str = "accuracy") -> str:
 
 def run_curves(cfg: RunConfig, model_factory: Callable, data_for_seed: Callable[[int], FederatedDataset],
                scale: str, show_progress: bool = True, record: dict | None = None,
-               checkpoint: bool = True) -> CurvesResult:
+               checkpoint: bool = True) -> StageResult:
     """Every configured method x seed for cfg.rounds rounds; final table, metrics and run info.
     With ``checkpoint``, runs checkpoint every 5 rounds to build/checkpoints/<stage>/ and resume from there
     (the stage's own runs only: lr sweeps pass False so they never touch the stage's files)."""
@@ -268,7 +258,8 @@ def run_curves(cfg: RunConfig, model_factory: Callable, data_for_seed: Callable[
         metrics["claim_perm_best"] = claim
     run_info = {"stage": cfg.stage, "scale": scale, "data": data.summary(), "device": str(device),
                 "environment": environment(), "config": cfg.model_dump()}
-    return CurvesResult(history, table, data.label, scale, metrics, run_info, states)
+    return StageResult(table, metrics, data.label, scale, run_info, frames={"history": history},
+                       extra={"states": states})
 
 
 def own_group_mass(alpha, groups):
@@ -278,7 +269,7 @@ def own_group_mass(alpha, groups):
     return (alpha * same).sum(1)
 
 
-def fig1(cfg: PermFig1Config, show_progress: bool = True, checkpoint: bool = True) -> CurvesResult:
+def fig1(cfg: PermFig1Config, show_progress: bool = True, checkpoint: bool = True) -> StageResult:
     """Personalized accuracy/loss vs rounds on PERM's synthetic two-group data (Fig. 1).
 
     With PERM among the methods, metrics["perm_alpha"] holds, per seed, the share of PERM's final
@@ -346,7 +337,7 @@ class AlphaPanel:
     summary: dict
 
 
-def fig6(cfg: PermFig6Config) -> tuple[dict[str, AlphaPanel], dict]:
+def fig6(cfg: PermFig6Config) -> StageResult:
     """Two-stage PERM's alpha (Alg. 3): FedAvg for R rounds, then alpha at w^R, per partition."""
     from ..algorithms.perm import mixing_weights
     from ..data.vision import federate
@@ -368,7 +359,10 @@ def fig6(cfg: PermFig6Config) -> tuple[dict[str, AlphaPanel], dict]:
         labels = data.label_counts().argmax(1)
         panels[panel] = AlphaPanel(alpha, labels.argsort(stable=True), labels, alpha_summary(alpha, data))
         note(f"{cfg.stage}: panel {panel!r} done ({len(panels)}/{len(cfg.schemes)})")
-    return panels, dataset_record(img)
+    record = dataset_record(img)
+    table = pd.DataFrame({name: p.summary for name, p in panels.items()}).T
+    return StageResult(table, record, img.label, f"N={cfg.num_clients}, {cfg.fedavg_rounds} FedAvg rounds",
+                       extra={"panels": panels})
 
 
 # --------------------------------------------------------------------------- Theorem 1: alpha_hat -> alpha*
@@ -384,7 +378,7 @@ class PermAlphaConvergenceConfig(StageConfig):
     seeds: list[Seed] = Field(min_length=1)
 
 
-def alpha_convergence(cfg: PermAlphaConvergenceConfig) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+def alpha_convergence(cfg: PermAlphaConvergenceConfig) -> StageResult:
     """Theorem 1 numerically: alpha_hat = alpha(w^R) vs alpha* = alpha(w*) as w^R -> w*.
 
     w^R is R rounds of exact FedAvg with one local step (= full gradient descent on the average loss,
@@ -425,7 +419,11 @@ def alpha_convergence(cfg: PermAlphaConvergenceConfig) -> tuple[pd.DataFrame, pd
                            for j in range(data.num_clients)]
         note(f"{cfg.stage}: seed {seed} done ({cfg.seeds.index(seed) + 1}/{len(cfg.seeds)} seeds)")
     record = {"dataset": "perm-synthetic", "paper_dataset": "perm-synthetic", "is_substitute": False}
-    return pd.DataFrame(rows), pd.DataFrame(shares), record
+    convergence = pd.DataFrame(rows)
+    table = convergence.groupby("R")[["w_error", "alpha_error_l1", "own_group_mass_mean", "own_group_mass_min"]].mean()
+    scale = f"N={cfg.num_clients}, d={cfg.dim}, lambda={cfg.lam:g}, {len(cfg.seeds)} seeds"
+    return StageResult(table, record, "perm-synthetic", scale,
+                       frames={"convergence": convergence, "shares": pd.DataFrame(shares)})
 
 
 # --------------------------------------------------------------------------- Figs. 2 and 4: image curves
@@ -469,7 +467,7 @@ class PermFig4Config(ImageCurvesConfig):
     alpha_file: str  # PERM's final alpha (first seed), read by Fig. 5
 
 
-def image_curves(cfg: ImageCurvesConfig, show_progress: bool = True, checkpoint: bool = True) -> CurvesResult:
+def image_curves(cfg: ImageCurvesConfig, show_progress: bool = True, checkpoint: bool = True) -> StageResult:
     """Figs. 2 / 4: personalized accuracy and loss vs rounds on a partitioned image dataset."""
     img = load_images(cfg.dataset)
     factory = cfg.model.factory(img.shape, img.num_classes)
@@ -516,7 +514,7 @@ def lr_sweep(cfg: RunConfig, grid: list[float], methods: list[str] | None = None
     return table
 
 
-def save_alpha(result: CurvesResult, path, seed: int | None = None) -> None:
+def save_alpha(result: StageResult, path, seed: int | None = None) -> None:
     """PERM's final alpha (and each client's label histogram) for the heat-map figure (Fig. 5)."""
     import io as _io
 
@@ -584,7 +582,7 @@ class PermFig3Config(StageConfig):
         return v
 
 
-def fig3(cfg: PermFig3Config) -> pd.DataFrame:
+def fig3(cfg: PermFig3Config) -> StageResult:
     """Time ``repeats`` consecutive rounds of every method after one warm-up round; PERM's time
     includes its periodic global-model + alpha updates (every ``perm.update_every`` rounds), so the
     per-round mean is the amortized cost. Rows: workload, method, repeat, seconds."""
@@ -625,4 +623,6 @@ def fig3(cfg: PermFig3Config) -> pd.DataFrame:
                 note(f"{cfg.stage}: {workload} {METHODS[key][0]} timed")
     finally:
         torch.set_num_threads(previous)
-    return pd.DataFrame(rows)
+    times = pd.DataFrame(rows)
+    return StageResult(times, {}, ", ".join(cfg.workloads), f"K={cfg.local_steps}, {cfg.repeats} rounds timed",
+                       frames={"times": times})

@@ -20,7 +20,6 @@ formulas of the ``pflkit.algorithms.perm_hetero`` docstring (``cost_table``).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -36,6 +35,7 @@ from ..report import environment
 from ..runner import run_methods
 from .images import DatasetSection, dataset_record, image_federation, load_images
 from .perm import PermSection, Section, unique
+from .result import StageResult
 
 METHOD_NAMES = {"perm_hetero": "PERM-hetero", "perm_hetero_paper": "PERM-hetero (paper D)",
                 "heterofl": "HeteroFL + FT", "fedrolex": "FedRolex + FT", "small_fedavg": "Small-model FedAvg + FT"}
@@ -199,20 +199,7 @@ def cost_table(cfg: PermHeteroConfig, spec, fractions: list[float], mean_train_s
     return pd.DataFrame(rows)
 
 
-@dataclass
-class HeteroResult:
-    history: pd.DataFrame  # tidy curves
-    groups: pd.DataFrame  # method x budget: accuracy mean / sd over seeds
-    clients: pd.DataFrame  # final per-client accuracy: method, seed, client, budget, accuracy, params
-    costs: pd.DataFrame
-    claim: dict
-    data_label: str
-    scale: str
-    metrics: dict
-    run_info: dict
-
-
-def hetero_experiment(cfg: PermHeteroConfig, show_progress: bool = True) -> HeteroResult:
+def hetero_experiment(cfg: PermHeteroConfig, show_progress: bool = True) -> StageResult:
     device = resolve_device(cfg.device)
     img = load_images(cfg.dataset)
     spec = mlp_spec(img.shape, img.num_classes, hidden=tuple(cfg.hidden))
@@ -263,7 +250,9 @@ def hetero_experiment(cfg: PermHeteroConfig, show_progress: bool = True) -> Hete
     run_info = {"stage": cfg.stage, "scale": scale, "data": data.summary(), "device": str(device),
                 "fractions": fractions, "environment": environment(), "config": cfg.model_dump()}
     label = data.label
-    return HeteroResult(history, groups, clients, costs, claim, label, scale, metrics, run_info)
+    return StageResult(groups, metrics, label, scale, run_info,
+                       frames={"history": history, "groups": groups, "clients": clients, "costs": costs},
+                       extra={"claim": claim})
 
 
 def check_claim(cfg: PermHeteroConfig, per_seed: pd.DataFrame, clients: pd.DataFrame, costs: pd.DataFrame) -> dict:
