@@ -284,3 +284,16 @@ def claim_table(claim: dict) -> pd.DataFrame:
              "best_baseline_accuracy": c["best_baseline_accuracy"], "margin": c["margin"], "holds": c["holds"]}
             for g, c in claim.get("groups", {}).items()]
     return pd.DataFrame(rows).set_index("group") if rows else pd.DataFrame()
+
+
+def describe_measured(metrics: dict) -> str:
+    """The verdict of a run in words (from its metrics.json): final accuracy per method and budget
+    group (mean over seeds), then the claim per group and overall."""
+    groups = pd.DataFrame(metrics.get("groups", {})).T
+    means = groups[[c for c in groups.columns if c.endswith(" acc_mean")]]
+    means = means.rename(columns=lambda c: c[:-len(" acc_mean")])
+    claim = metrics.get("claim", {})
+    return "\n".join([
+        "final personalized accuracy (mean over seeds) per budget group r:", means.round(3).to_string(),
+        "claim per group (PERM-hetero >= best baseline - tolerance):", claim_table(claim).round(3).to_string(),
+        f"every model fits its budget: {claim.get('every_model_fits_its_budget')}; claim holds: {claim.get('holds')}"])
