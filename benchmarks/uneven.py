@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -55,6 +54,9 @@ from pflkit.engine import FunctionalModel, full_gradients
 from pflkit.eval import evaluate
 from pflkit.io import write_json, write_text
 from pflkit.models import logistic
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark modules
+from speed import machine_info  # noqa: E402  (one description of the machine for every benchmark)
 
 HERE = Path(__file__).resolve().parent
 TARGETS = {"eval": 1.5, "memory": 1.5, "alpha": 5.0}
@@ -215,7 +217,7 @@ def run(args) -> dict:
     model = FunctionalModel(factory)
     n = data.num_clients
     params = stacked_params(model, n)
-    res = {"machine": machine_info(), "threads": args.threads,
+    res = {"machine": machine_info(torch.device("cpu")), "threads": args.threads,
            "workload": {"clients": n, "train_rows": int(data.train_sizes.sum()),
                         "test_rows": int(data.test_sizes.sum()),
                         "train_min": int(data.train_sizes.min()), "train_max": int(data.train_sizes.max()),
@@ -300,19 +302,6 @@ def targets(res: dict) -> list[dict]:
            {"what": f"PERM alpha update <= {TARGETS['alpha']}x a FedAvg round",
             "value": f"{res['alpha']['ratio']:.2f}x", "met": res["alpha"]["ratio"] <= TARGETS["alpha"]}]
     return out
-
-
-def machine_info() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
-            "load_average": list(os.getloadavg())}
 
 
 def _ms(s: float) -> str:
