@@ -1,14 +1,3 @@
-# ---
-# jupyter:
-#   jupytext:
-#     formats: ipynb,py:percent
-#     notebook_metadata_filter: -jupytext.text_representation
-#   kernelspec:
-#     display_name: Python (pflkit)
-#     language: python
-#     name: pflkit
-# ---
-
 # %% [markdown]
 # # Charles & Konecny, Fig. 13 — client learning rate, tuned server learning rate
 #

@@ -1,14 +1,3 @@
-# ---
-# jupyter:
-#   jupytext:
-#     formats: ipynb,py:percent
-#     notebook_metadata_filter: -jupytext.text_representation
-#   kernelspec:
-#     display_name: Python (pflkit)
-#     language: python
-#     name: pflkit
-# ---
-
 # %% [markdown]
 # # Charles & Konecny — numerical checks of Theorems 1-2, Lemmas 3-5, Table 2 and Corollary 1
 #

@@ -1,14 +1,3 @@
-# ---
-# jupyter:
-#   jupytext:
-#     formats: ipynb,py:percent
-#     notebook_metadata_filter: -jupytext.text_representation
-#   kernelspec:
-#     display_name: Python (pflkit)
-#     language: python
-#     name: pflkit
-# ---
-
 # %% [markdown]
 # # Chayti et al., Fig. 1 — speedup of weighted gradient averaging over training alone
 #

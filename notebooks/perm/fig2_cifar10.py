@@ -1,14 +1,3 @@
-# ---
-# jupyter:
-#   jupytext:
-#     formats: ipynb,py:percent
-#     notebook_metadata_filter: -jupytext.text_representation
-#   kernelspec:
-#     display_name: Python (pflkit)
-#     language: python
-#     name: pflkit
-# ---
-
 # %% [markdown]
 # # PERM, Fig. 2 — CIFAR-10, 50 clients with 2 classes each, 2-layer CNN
 #

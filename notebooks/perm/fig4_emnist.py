@@ -1,14 +1,3 @@
-# ---
-# jupyter:
-#   jupytext:
-#     formats: ipynb,py:percent
-#     notebook_metadata_filter: -jupytext.text_representation
-#   kernelspec:
-#     display_name: Python (pflkit)
-#     language: python
-#     name: pflkit
-# ---
-
 # %% [markdown]
 # # PERM, Fig. 4 — EMNIST, 50 clients, MLP (2 x 200)
 #

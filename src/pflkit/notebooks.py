@@ -43,9 +43,9 @@ def twin_of(notebook: Path) -> Path:
 
 
 KERNELSPEC = {"name": KERNEL, "display_name": "Python (pflkit)", "language": "python"}
-#: the pairing, and no jupytext version stamp in the twin (as jupytext.toml says), so saving in
-#: JupyterLab leaves the twin byte-identical
-JUPYTEXT_METADATA = {"formats": "ipynb,py:percent", "notebook_metadata_filter": "-jupytext.text_representation"}
+#: the pairing, and no notebook metadata in the twin (as jupytext.toml says), so saving in JupyterLab
+#: leaves the twin byte-identical
+JUPYTEXT_METADATA = {"formats": "ipynb,py:percent", "notebook_metadata_filter": "-all"}
 
 
 def notebook_from_twin(py_path: str | Path, text: str | None = None):
