@@ -77,8 +77,43 @@ def one_of(choices) -> Any:
     return Annotated[str, AfterValidator(check)]
 
 
+def unique(values: list) -> list:
+    """``values`` unchanged, or a ValueError naming the repeated entries (a repeated method or seed
+    would run twice and be recorded once)."""
+    repeated = sorted({v for v in values if values.count(v) > 1}, key=str)
+    if repeated:
+        raise ValueError(f"must not repeat entries; repeated: {repeated}")
+    return values
+
+
+def names_from(choices) -> Any:
+    """A non-empty list of distinct names from ``choices`` (methods, workloads)."""
+    choices = tuple(choices)
+
+    def check(v):
+        bad = [x for x in v if x not in choices]
+        if bad or not v:
+            raise ValueError(f"must be a non-empty list from {sorted(choices)}; unknown: {bad}")
+        return unique(v)
+    return Annotated[list[str], AfterValidator(check)]
+
+
+def numbers(allowed: str) -> Any:
+    """A non-empty list of numbers each ``> 0`` or ``>= 0`` (``allowed``), e.g. a tuning grid."""
+    ok = {"> 0": lambda x: x > 0, ">= 0": lambda x: x >= 0}[allowed]
+
+    def check(v):
+        if not v or not all(ok(x) for x in v):
+            raise ValueError(f"must be a non-empty list of numbers {allowed}, got {v!r}")
+        return v
+    return Annotated[list[float], AfterValidator(check)]
+
+
 #: a seed: numpy and torch generators take integers >= 0
 Seed = Annotated[int, Field(ge=0)]
+#: the seeds a stage repeats its runs over: at least one, none repeated
+Seeds = Annotated[list[Seed], Field(min_length=1), AfterValidator(unique)]
+Positives, NonNegatives = numbers("> 0"), numbers(">= 0")
 #: a count or width (hidden units, channels, checkpoints): an integer >= 1
 PositiveInt = Annotated[int, Field(ge=1)]
 

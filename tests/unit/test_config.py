@@ -33,7 +33,7 @@ def test_stage_values_add_runner_paths():
     ("lr", {"fedavg": 0.1}, r"perm_fig1\.lr: no value for methods \['local', 'localized_fedavg', 'perm',"),
     ("num_clients", 1, r"num_clients: .*greater than or equal to 2"),
     ("test_fraction", 1.5, r"test_fraction: .*less than 1"),
-    ("methods", ["perm2"], r"methods must be a non-empty list from .*unknown: \['perm2'\]"),
+    ("methods", ["perm2"], r"methods: must be a non-empty list from .*unknown: \['perm2'\]"),
     ("rounds", "many", r"rounds: Input should be a valid integer"),
     ("device", "tpu", r"device: must be one of \('auto', 'cpu', 'cuda'\)"),
     ("roudns", 5, r"roudns: unknown key \(value 5\); allowed keys: .*rounds"),

@@ -51,12 +51,6 @@ def check_positive(name: str, value, integer: bool = False, allow_zero: bool = F
     return value
 
 
-def check_fraction(name: str, value):
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= 1:
-        raise ValueError(f"{name} must be a fraction in (0, 1], got {value!r}")
-    return value
-
-
 def check_batch_size(value):
     """A positive integer, or None for full-batch (exact) local gradients."""
     return None if value is None else check_positive("batch_size", value, integer=True)

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
 import torch
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
-from ..config import Seed, StageConfig, raise_problems
+from ..config import NonNegatives, Positives, Seed, StageConfig, raise_problems
 from ..report import environment, table_records
 from ..theory import surrogate as S
 from .result import StageResult
@@ -111,25 +111,12 @@ class FrontierConfig(StageConfig):
         return k_grid(self.k_min, self.k_max, self.num_k)
 
 
-def _positive_list(v):
-    if not v or any(not x > 0 for x in v):
-        raise ValueError(f"must be a non-empty list of numbers > 0, got {v!r}")
-    return v
-
-
-def _nonneg_list(v):
-    if not v or any(not x >= 0 for x in v):
-        raise ValueError(f"must be a non-empty list of numbers >= 0, got {v!r}")
-    return v
-
-
 class CharlesFig1Config(FrontierConfig):
     """Fig. 1: Theta_{1:K}, alpha = 0, GD; left gamma fixed and K varies, right K fixed and gamma varies."""
-    L_values: list[float] = [5.0, 50.0]
+    L_values: Positives = [5.0, 50.0]
     gamma_fixed: float = Field(0.01, gt=0)
     K_fixed: int = Field(100, ge=1)
     num_gamma: int = Field(400, ge=2)
-    _L = field_validator("L_values")(classmethod(lambda cls, v: _positive_list(v)))
 
     @model_validator(mode="after")
     def _gamma(self):
@@ -142,18 +129,16 @@ class CharlesFig1Config(FrontierConfig):
 
 class CharlesFig2Config(FrontierConfig):
     """Fig. 2: Theta_{1:K}, alpha = 0, gamma = gamma_factor / L, three ServerOpts, several L."""
-    L_values: list[float] = [2.0, 5.0, 10.0, 100.0]
+    L_values: Positives = [2.0, 5.0, 10.0, 100.0]
     gamma_factor: float = Field(0.5, gt=0, lt=1)
     server_opts: list[ServerName] = ["gd", "nesterov", "heavy_ball"]
-    _L = field_validator("L_values")(classmethod(lambda cls, v: _positive_list(v)))
 
 
 class CharlesFig3Config(FrontierConfig):
     """Fig. 3: Theta_{1:K}, L fixed, gamma = gamma_factor / (L + alpha), several alpha, GD."""
     L: float = Field(10.0, gt=0)
-    alphas: list[float] = [0.0, 0.5, 1.0, 5.0]
+    alphas: NonNegatives = [0.0, 0.5, 1.0, 5.0]
     gamma_factor: float = Field(0.5, gt=0, lt=1)
-    _a = field_validator("alphas")(classmethod(lambda cls, v: _nonneg_list(v)))
 
 
 class CharlesFig4Config(FrontierConfig):
@@ -168,27 +153,17 @@ class CharlesFig9Config(FrontierConfig):
     """Fig. 9: proximal MAML-style frontiers, Theta_K, tiny gamma, several alpha (eq. 13), GD."""
     L: float = Field(10.0, gt=0)
     gamma: float = Field(1e-7, gt=0)
-    alphas: list[float] = [0.0, 0.5, 1.0, 5.0]
-    _a = field_validator("alphas")(classmethod(lambda cls, v: _nonneg_list(v)))
+    alphas: NonNegatives = [0.0, 0.5, 1.0, 5.0]
 
 
 class SimulatedConfig(FrontierConfig):
     """Figs. 5, 7, 8, 10: simulated Theta_K frontiers (fresh random A per K) vs the Theta_{1:K} frontier."""
-    L_values: list[float] = [10.0]
-    dims: list[int] = [5, 100]
+    L_values: Positives = [10.0]
+    dims: list[Annotated[int, Field(ge=2)]] = Field([5, 100], min_length=1)
     gamma: float = Field(0.001, gt=0)
-    alphas: list[float] = [0.0]
+    alphas: NonNegatives = [0.0]
     server_opts: list[ServerName] = ["gd"]
     seed: Seed = 0
-    _L = field_validator("L_values")(classmethod(lambda cls, v: _positive_list(v)))
-    _a = field_validator("alphas")(classmethod(lambda cls, v: _nonneg_list(v)))
-
-    @field_validator("dims")
-    @classmethod
-    def _dims(cls, v):
-        if not v or any(d < 2 for d in v):
-            raise ValueError(f"dims must be a non-empty list of integers >= 2, got {v!r}")
-        return v
 
     @model_validator(mode="after")
     def _gamma(self):

@@ -34,15 +34,15 @@ import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 from torch import Tensor
 from torch.func import vmap
 
 from .. import seeds
 from ..algorithms.round import client_update, sample_clients
 from ..algorithms.server_opt import MOMENTUM_KINDS, momentum_step
-from ..config import (HLDA_DEFAULTS, PARTITION_OPTIONS, DatasetName, Section, Seed, StageConfig,
-                      image_partition_problems, one_of, raise_problems, short_repr)
+from ..config import (HLDA_DEFAULTS, PARTITION_OPTIONS, DatasetName, NonNegatives, Positives, Section, Seed,
+                      StageConfig, image_partition_problems, one_of, raise_problems, short_repr)
 from ..data.federated import FederatedDataset
 from ..engine import FunctionalModel, resolve_device
 from ..engine.params import Params, broadcast, scale_like
@@ -364,58 +364,22 @@ class NNConfig(StageConfig):
     seed: Seed = 0
 
 
-def _grid(v, name, allow_zero=False):
-    if not v or any(not (x >= 0 if allow_zero else x > 0) for x in v):
-        raise ValueError(f"{name} must be a non-empty list of numbers {'>= 0' if allow_zero else '> 0'}, got {v!r}")
-    return v
-
-
 class CharlesFig12Config(NNConfig):
-    gammas: list[float]  # paper: 0, 1e-3, 1e-2, 1e-1, 1, 10
+    gammas: NonNegatives  # paper: 0, 1e-3, 1e-2, 1e-1, 1, 10
     eta: float = Field(gt=0)  # paper: 0.01
-
-    @field_validator("gammas")
-    @classmethod
-    def _g(cls, v):
-        return _grid(v, "gammas", allow_zero=True)
 
 
 class CharlesFig13Config(NNConfig):
-    gammas: list[float]
-    etas: list[float]  # paper: 10^-3 .. 10 in half decades
-
-    @field_validator("gammas")
-    @classmethod
-    def _g(cls, v):
-        return _grid(v, "gammas", allow_zero=True)
-
-    @field_validator("etas")
-    @classmethod
-    def _e(cls, v):
-        return _grid(v, "etas")
+    gammas: NonNegatives
+    etas: Positives  # paper: 10^-3 .. 10 in half decades
 
 
 class CharlesFig6Config(NNConfig):
-    gammas: list[float]  # tuning grid (paper: 10^-3 .. 10 in half decades, for gamma and eta)
-    etas: list[float]
+    gammas: Positives  # tuning grid (paper: 10^-3 .. 10 in half decades, for gamma and eta)
+    etas: Positives
     momentum: float = Field(0.9, ge=0, lt=1)
     servers: list[Literal["gd", "nesterov", "heavy_ball"]] = Field(min_length=1)  # left panel, alpha = 0
-    alphas: list[float] = Field(min_length=1)  # right panel, no momentum
-
-    @field_validator("gammas")
-    @classmethod
-    def _g(cls, v):
-        return _grid(v, "gammas")
-
-    @field_validator("etas")
-    @classmethod
-    def _e(cls, v):
-        return _grid(v, "etas")
-
-    @field_validator("alphas")
-    @classmethod
-    def _a(cls, v):
-        return _grid(v, "alphas", allow_zero=True)
+    alphas: NonNegatives  # right panel, no momentum
 
     @model_validator(mode="after")
     def _one_task(self):

@@ -9,15 +9,16 @@ over the last ``tail_fraction`` of the steps, then mean and SE over runs (less n
 from __future__ import annotations
 
 import time
+from typing import Annotated
 
 import numpy as np
 import pandas as pd
 import torch
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from .. import seeds
 from ..algorithms.collaborative import BC, WGA, Alone, CollaborativeRun, run, tune_step_size
-from ..config import PositiveInt, Section, Seed, StageConfig, raise_problems
+from ..config import PositiveInt, Positives, Section, Seed, StageConfig, raise_problems
 from ..data.quadratic_users import NoisyQuadraticUsers
 from ..device import resolve_device
 from ..progress import note
@@ -49,7 +50,7 @@ class ChaytiFig1Config(StageConfig):
     tau_max: float = Field(1e2, gt=0)
     grid_points: int = Field(121, ge=4)
     check_n: list[PositiveInt] = Field(default_factory=lambda: [1, 10, 100], min_length=1)
-    check_tau: list[float] = Field(default_factory=lambda: [0.01, 0.1, 1.0, 10.0], min_length=1)
+    check_tau: Positives = [0.01, 0.1, 1.0, 10.0]
     check_eta: float = Field(0.1, gt=0, lt=1)
     check_runs: int = Field(400, ge=2)
     check_burn_in: int = Field(150, ge=0)
@@ -65,14 +66,6 @@ class ChaytiFig1Config(StageConfig):
         return self
 
 
-    @field_validator("check_tau")
-    @classmethod
-    def _tau(cls, v):
-        if any(not t > 0 for t in v):
-            raise ValueError(f"every tau must be > 0, got {v}")
-        return v
-
-
 class Fig2Panel(Section):
     label: str
     x0: float
@@ -84,16 +77,9 @@ class ChaytiFig2Config(QuadraticConfig):
     """Fig. 2: Alone vs WGA vs BC; eta tuned on ``eta_grid`` for Alone and WGA (separate seed), BC fixed."""
     a_wga: float = Field(0.5, ge=0, le=1)
     a_bc: float = Field(0.9, ge=0, le=1)
-    eta_grid: list[float] = Field(min_length=1)
+    eta_grid: list[Annotated[float, Field(gt=0, lt=1)]] = Field(min_length=1)
     tuning_runs: int = Field(100, ge=2)
     panels: list[Fig2Panel] = Field(min_length=1)
-
-    @field_validator("eta_grid")
-    @classmethod
-    def _grid(cls, v):
-        if any(not 0 < e < 1 for e in v):
-            raise ValueError(f"every step size must lie in (0, 1), got {v}")
-        return v
 
 
 class SweepConfig(QuadraticConfig):

@@ -19,7 +19,8 @@ from pydantic import Field, field_validator, model_validator
 from ..algorithms import FedAvg, Local, LocalizedFedAvg, PerFedAvg, PFedMe
 from ..algorithms.perm import ALPHA_INITS, ALPHA_SOLVERS, PERM
 from ..algorithms.round import WEIGHTINGS
-from ..config import PositiveInt, Section, Seed, StageConfig, image_partition_problems, one_of, raise_problems
+from ..config import (PositiveInt, Section, Seed, Seeds, StageConfig, image_partition_problems, names_from, one_of,
+                      raise_problems)
 from ..data.federated import BATCH_ORDERS, FederatedDataset
 from ..data.synthetic import perm_synthetic
 from .images import DatasetSection, dataset_record, image_federation, load_images
@@ -126,6 +127,7 @@ METHODS: dict[str, tuple[str, Callable]] = {
     "perfedavg_hf": ("Per-FedAvg (HF)", _perfedavg("hf")),
     "pfedme": ("pFedMe", _pfedme),
 }
+MethodNames = names_from(METHODS)
 
 
 class RunConfig(StageConfig):
@@ -136,8 +138,8 @@ class RunConfig(StageConfig):
     lr: dict[str, float]
     finetune_steps: int = Field(ge=1)
     finetune_lr: float = Field(gt=0)
-    methods: list[str]
-    seeds: list[Seed] = Field(min_length=1)
+    methods: MethodNames
+    seeds: Seeds
     eval_every: int = Field(ge=1)
     #: FedAvg, localized FedAvg, Per-FedAvg and pFedMe: clients sampled per round (null: all) and how the
     #: server weights them; PERM (every client hosts one model per shuffle step) and Local train all
@@ -148,19 +150,6 @@ class RunConfig(StageConfig):
     perm: PermSection = PermSection()
     perfedavg: PerFedAvgSection = PerFedAvgSection()
     pfedme: PFedMeSection = PFedMeSection()
-
-    @field_validator("methods")
-    @classmethod
-    def _methods(cls, v):
-        bad = [m for m in v if m not in METHODS]
-        if bad or not v:
-            raise ValueError(f"methods must be a non-empty list from {sorted(METHODS)}; unknown: {bad}")
-        return unique(v)
-
-    @field_validator("seeds")
-    @classmethod
-    def _seeds(cls, v):
-        return unique(v)
 
     @field_validator("lr")
     @classmethod
@@ -181,15 +170,6 @@ class RunConfig(StageConfig):
             raise_problems([("clients_per_round", f"{self.clients_per_round} > num_clients = {clients} "
                                                   "(null samples every client)")])
         return self
-
-
-def unique(values: list) -> list:
-    """``values`` unchanged, or a ValueError naming the repeated entries (a repeated method or seed
-    would run twice and be recorded once)."""
-    repeated = sorted({v for v in values if values.count(v) > 1}, key=str)
-    if repeated:
-        raise ValueError(f"must not repeat entries; repeated: {repeated}")
-    return values
 
 
 class PermFig1Config(RunConfig):
@@ -375,7 +355,7 @@ class PermAlphaConvergenceConfig(StageConfig):
     gd_lr: float = Field(gt=0)
     optimum_steps: int = Field(ge=1)
     checkpoints: list[PositiveInt] = Field(min_length=1)  # rounds R at which alpha_hat is compared
-    seeds: list[Seed] = Field(min_length=1)
+    seeds: Seeds
 
 
 def alpha_convergence(cfg: PermAlphaConvergenceConfig) -> StageResult:
@@ -547,14 +527,17 @@ class PermFig5Config(StageConfig):
 
 
 # --------------------------------------------------------------------------- Fig. 3: round time
+Workloads = names_from(("synthetic-logistic", "mnist-mlp"))
+
+
 class PermFig3Config(StageConfig):
     """Wall-clock time of one communication round (K local steps) per method, fixed CPU threads."""
     threads: int = Field(ge=1)  # a fixed count: 'auto' is not allowed for a timing
-    workloads: list[str] = Field(min_length=1)  # "synthetic-logistic" and/or "mnist-mlp"
+    workloads: Workloads
     num_clients: int = Field(ge=2)
     local_steps: int = Field(ge=1)
     batch_size: int = Field(ge=1)
-    methods: list[str] = Field(min_length=1)
+    methods: MethodNames
     repeats: int = Field(ge=1)
     perm: PermSection = PermSection()
     pfedme: PFedMeSection = PFedMeSection()
@@ -565,21 +548,6 @@ class PermFig3Config(StageConfig):
     def _threads(cls, v):  # replaces StageConfig's (int or 'auto'): the field's own rule applies
         return v
 
-    @field_validator("workloads")
-    @classmethod
-    def _workloads(cls, v):
-        bad = [w for w in v if w not in ("synthetic-logistic", "mnist-mlp")]
-        if bad:
-            raise ValueError(f"workloads must be from ['synthetic-logistic', 'mnist-mlp'], unknown: {bad}")
-        return v
-
-    @field_validator("methods")
-    @classmethod
-    def _methods(cls, v):
-        bad = [m for m in v if m not in METHODS]
-        if bad:
-            raise ValueError(f"methods must be from {sorted(METHODS)}; unknown: {bad}")
-        return v
 
 
 def fig3(cfg: PermFig3Config) -> StageResult:

@@ -27,20 +27,22 @@ import torch
 from pydantic import Field, field_validator, model_validator
 
 from ..algorithms.perm_hetero import DISCREPANCIES, PartialFedAvg, PERMHetero
-from ..config import PositiveInt, Seed, StageConfig, image_partition_problems, one_of, raise_problems
+from ..config import (PositiveInt, Seed, Seeds, StageConfig, image_partition_problems, names_from, one_of,
+                      raise_problems)
 from ..engine import FunctionalModel, resolve_device
 from ..eval import evaluate
 from ..models.width import EXTRACTIONS, masks_for, mlp_spec, num_parameters
 from ..report import environment
 from ..runner import run_methods
 from .images import DatasetSection, dataset_record, image_federation, load_images
-from .perm import PermSection, Section, unique
+from .perm import PermSection, Section
 from .result import StageResult
 
 METHOD_NAMES = {"perm_hetero": "PERM-hetero", "perm_hetero_paper": "PERM-hetero (paper D)",
                 "heterofl": "HeteroFL + FT", "fedrolex": "FedRolex + FT", "small_fedavg": "Small-model FedAvg + FT"}
 
 
+MethodNames = names_from(METHOD_NAMES)
 Extraction = one_of(EXTRACTIONS)
 Discrepancy = one_of(DISCREPANCIES)
 
@@ -71,8 +73,8 @@ class PermHeteroConfig(StageConfig):
     lr: dict[str, float]
     finetune_steps: int = Field(ge=0)
     finetune_lr: float = Field(gt=0)
-    methods: list[str]
-    seeds: list[Seed] = Field(min_length=1)
+    methods: MethodNames
+    seeds: Seeds
     eval_every: int = Field(ge=1)
     perm: PermHeteroSection = PermHeteroSection()
     claim: ClaimSection = ClaimSection()
@@ -84,19 +86,6 @@ class PermHeteroConfig(StageConfig):
         if bad:
             raise ValueError(f"every budget must be a width fraction in (0, 1]; bad: {bad}")
         return v
-
-    @field_validator("methods")
-    @classmethod
-    def _methods(cls, v):
-        bad = [m for m in v if m not in METHOD_NAMES]
-        if bad or not v:
-            raise ValueError(f"methods must be a non-empty list from {sorted(METHOD_NAMES)}; unknown: {bad}")
-        return unique(v)
-
-    @field_validator("seeds")
-    @classmethod
-    def _seeds(cls, v):
-        return unique(v)
 
     @model_validator(mode="after")
     def _cross_checks(self):
