@@ -114,9 +114,12 @@ _PERM, _CHAYTI, _CHARLES = "pflkit.experiments.perm", "pflkit.experiments.chayti
 _NN = "pflkit.experiments.charles_nn"
 
 
-def _frontier(n: int) -> tuple[Plot, ...]:
-    return (Plot("frontier.csv", template="scatter", x="rho", y="delta",
-                 title=f"Charles & Konecny Fig. {n}: Pareto frontier", x_label="rho", y_label="Delta"),)
+def _frontier_stage(n: int, notebook: str) -> Stage:
+    """A Charles et al. Pareto-frontier figure: notebooks/charles/<notebook>.py, CharlesFig<n>Config."""
+    return Stage(f"charles_fig{n}", "charles", f"notebooks/charles/{notebook}.py", f"{_CHARLES}:CharlesFig{n}Config",
+                 results=("run.json",), plots=(Plot("frontier.csv", template="scatter", x="rho", y="delta",
+                                                    title=f"Charles & Konecny Fig. {n}: Pareto frontier",
+                                                    x_label="rho", y_label="Delta"),))
 
 
 def _chayti_curves(title: str) -> tuple[Plot, ...]:
@@ -131,24 +134,15 @@ STAGES: tuple[Stage, ...] = (
                       title="PERM Fig. 1 (synthetic): mean personalized test accuracy"),)),
     Stage("perm_fig6", "perm", "notebooks/perm/fig6_mnist_alpha.py", f"{_PERM}:PermFig6Config",
           results=("run.json", "alpha_summary.csv")),
-    Stage("charles_fig1", "charles", "notebooks/charles/fig1_frontiers_gamma_and_K.py",
-          f"{_CHARLES}:CharlesFig1Config", results=("run.json",), plots=_frontier(1)),
-    Stage("charles_fig2", "charles", "notebooks/charles/fig2_server_momentum.py",
-          f"{_CHARLES}:CharlesFig2Config", results=("run.json",), plots=_frontier(2)),
-    Stage("charles_fig3", "charles", "notebooks/charles/fig3_proximal.py",
-          f"{_CHARLES}:CharlesFig3Config", results=("run.json",), plots=_frontier(3)),
-    Stage("charles_fig4", "charles", "notebooks/charles/fig4_fedavg_vs_maml.py",
-          f"{_CHARLES}:CharlesFig4Config", results=("run.json",), plots=_frontier(4)),
-    Stage("charles_fig5", "charles", "notebooks/charles/fig5_simulated_maml.py",
-          f"{_CHARLES}:CharlesFig5Config", results=("run.json",), plots=_frontier(5)),
-    Stage("charles_fig7", "charles", "notebooks/charles/fig7_simulated_maml_L.py",
-          f"{_CHARLES}:CharlesFig7Config", results=("run.json",), plots=_frontier(7)),
-    Stage("charles_fig8", "charles", "notebooks/charles/fig8_simulated_maml_momentum.py",
-          f"{_CHARLES}:CharlesFig8Config", results=("run.json",), plots=_frontier(8)),
-    Stage("charles_fig9", "charles", "notebooks/charles/fig9_proximal_maml.py",
-          f"{_CHARLES}:CharlesFig9Config", results=("run.json",), plots=_frontier(9)),
-    Stage("charles_fig10", "charles", "notebooks/charles/fig10_simulated_maml_alpha.py",
-          f"{_CHARLES}:CharlesFig10Config", results=("run.json",), plots=_frontier(10)),
+    _frontier_stage(1, "fig1_frontiers_gamma_and_K"),
+    _frontier_stage(2, "fig2_server_momentum"),
+    _frontier_stage(3, "fig3_proximal"),
+    _frontier_stage(4, "fig4_fedavg_vs_maml"),
+    _frontier_stage(5, "fig5_simulated_maml"),
+    _frontier_stage(7, "fig7_simulated_maml_L"),
+    _frontier_stage(8, "fig8_simulated_maml_momentum"),
+    _frontier_stage(9, "fig9_proximal_maml"),
+    _frontier_stage(10, "fig10_simulated_maml_alpha"),
     Stage("charles_theory", "charles", "notebooks/charles/theory_checks.py", f"{_CHARLES}:CharlesTheoryConfig",
           figures=(), results=("theorem1.csv", "theorem2.csv", "lemmas34.csv", "lemma5.csv", "table2.csv",
                                "central.csv", "run.json")),
