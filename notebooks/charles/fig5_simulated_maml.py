@@ -5,8 +5,8 @@
 # K a fresh random A = b1 B^T B + b2 I (lmin = mu, lmax = L; d in {5, 100}) gives rho from cond(Q A)
 # (Table 2) and Delta = (sqrt lmax(Q) - sqrt lmin(Q)) / (sqrt lmax(Q) + sqrt lmin(Q)) (Lemma 5 form).
 # Compared with the analytic Theta_{1:K} (FedAvg) frontier. Expected: the d = 100 MAML curve has a cusp
-# (its smallest rho) at the Delta where the FedAvg curve meets the Delta axis (one-shot averaging,
-# about 0.52 for L = 10): `abs_difference` in the table.
+# (its smallest rho) at the Delta where the FedAvg curve meets the Delta axis (one-shot averaging):
+# `cusp_delta` vs `one_shot_delta` in the table, and their `abs_difference`.
 
 # %% tags=["parameters"]
 stage = "charles_fig5"

@@ -49,7 +49,7 @@ print(experiment.describe_claim(result.metrics.get("claim_perm_best")))
 
 # %%
 # this run's results under dvc repro, else read from results/perm_fig1/ (not compared by nbval)
-report.print_measured(cfg, experiment.describe_final, result.metrics)
+report.print_measured(cfg, experiment.describe_final, result.metrics, result.scale)
 
 # %% [markdown]
 # Fig. 1's mechanism: the share of PERM's final alpha_i inside client i's own group, per seed, next to

@@ -42,7 +42,7 @@ print(experiment.describe_claim(result.metrics.get("claim_perm_best")))
 
 # %%
 # this run's results under dvc repro, else read from results/perm_fig2/ (not compared by nbval)
-report.print_measured(cfg, experiment.describe_final, result.metrics)
+report.print_measured(cfg, experiment.describe_final, result.metrics, result.scale)
 
 # %%
 fig = plotting.accuracy_loss_figure(result.history, "PERM Fig. 2: personalized accuracy and loss",

@@ -96,7 +96,7 @@ figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "hetero")
 
 # %%
 # this run's results under dvc repro, else read from results/perm_hetero/ (not compared by nbval)
-report.print_measured(cfg, experiment.describe_measured, result.metrics)
+report.print_measured(cfg, experiment.describe_measured, result.metrics, result.scale)
 
 # %%
 # trained float32 results: tests/regression compares them within measured tolerances

@@ -84,13 +84,13 @@ def read_results(stage: str) -> tuple[dict, dict] | None:
             json.loads(run.read_text()) if run.is_file() else {})
 
 
-def print_measured(cfg, describe, metrics: Mapping | None = None) -> None:
+def print_measured(cfg, describe, metrics: Mapping | None = None, scale: str = "") -> None:
     """What the notebook's text reports at params.yaml scale (never typed into the notebook, so it
-    cannot go stale): ``describe(metrics)`` of this run when it is the default profile's (what
-    ``dvc repro`` runs, writing results/<stage>/), else of the results ``dvc repro`` wrote there."""
+    cannot go stale): ``describe(metrics)`` of this run (at ``scale``) when it is the default profile's
+    (what ``dvc repro`` runs, writing results/<stage>/), else of the results ``dvc repro`` wrote there."""
     stage = cfg.stage
     if metrics is not None and cfg.results_dir == f"results/{stage}":
-        print(f"this run is at params.yaml scale (profile default): {getattr(cfg, 'scale', '')}".rstrip(": "))
+        print(f"this run is at params.yaml scale (profile default): {scale}".rstrip(": "))
         print(describe(metrics))
         return
     found = read_results(stage)

@@ -258,6 +258,19 @@ def fig2_convergence(cfg: ChaytiFig2Config) -> StageResult:
                        extra={"tuning": pd.concat(tuning, ignore_index=True)})
 
 
+def describe_fig2(metrics: dict) -> str:
+    """Per panel: does BC reach the lowest final loss, and each method's tuned step size and final loss."""
+    lines = []
+    for panel in dict.fromkeys(r["panel"] for r in metrics["final"]):  # in the figure's order
+        claim = metrics["claims"][panel]
+        rows = [r for r in metrics["final"] if r["panel"] == panel]
+        finals = ", ".join(f"{r['label']} (eta {r['eta']:g}) {r['final']:.2e}" for r in rows)
+        verdict = "holds" if claim["bc_lowest_final"] else "does NOT hold"
+        lines.append(f"{panel}: 'BC reaches the lowest final loss' {verdict} (BC/Alone = "
+                     f"{claim['bc_over_alone']:.2f}); final loss: {finals}")
+    return "\n".join(lines)
+
+
 # -- Figs. 3-5 ----------------------------------------------------------------------------------------------
 def _sweep(cfg: SweepConfig, values, label_of, users_of, method, kw, floor_fn):
     start = time.perf_counter()
