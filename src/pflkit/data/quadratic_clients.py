@@ -65,23 +65,9 @@ class QuadraticClients:
         e = torch.as_tensor(x, dtype=DTYPE, device=self.device).unsqueeze(-2) - self.c
         return 0.5 * torch.einsum("...nd,nde,...ne->...n", e, self.A, e).mean(-1)
 
-    def client_grads(self, x: Tensor) -> Tensor:
-        """grad f_i(x) = A_i (x - c_i) for every client: x [d] or [N, d] -> [N, d]."""
-        return (self.A @ (x - self.c).unsqueeze(-1)).squeeze(-1)
-
     def minimizer(self) -> Tensor:
         """x* = argmin f = E[A_i]^-1 E[A_i c_i]."""
         return torch.linalg.solve(self.A.mean(0), (self.A @ self.c.unsqueeze(-1)).squeeze(-1).mean(0))
-
-    def example_means(self) -> tuple[Tensor, Tensor]:
-        """(mean_z B_z, A^-1 mean_z B_z c_z) per client from the stored examples (eq. 3)."""
-        owner = torch.repeat_interleave(torch.arange(self.num_clients, device=self.device),
-                                        self.sizes.to(self.device))
-        n = self.sizes.to(self.device, DTYPE)
-        Bm = torch.zeros_like(self.A).index_add_(0, owner, self.Bz) / n[:, None, None]
-        bc = (self.Bz @ self.cz.unsqueeze(-1)).squeeze(-1)
-        bm = torch.zeros_like(self.c).index_add_(0, owner, bc) / n[:, None]
-        return Bm, torch.linalg.solve(Bm, bm)
 
     def to_federated(self, name: str = "quadratic clients", dtype: torch.dtype = torch.float32) -> FederatedDataset:
         """The examples as a FederatedDataset: x = [vec(B_z), c_z] (``dtype``), y = 0 (unused).
