@@ -59,7 +59,7 @@ def split_run_keys(metrics: Mapping) -> tuple[dict, dict]:
 
 def write_stage(results_dir: str, metrics: Mapping, history: pd.DataFrame | None = None,
                 run_info: Mapping | None = None, **tables: pd.DataFrame) -> None:
-    """Write metrics.json (the results, for `dvc metrics`), run.json (config, data, environment,
+    """Write metrics.json (the results; the claims ledger reads them), run.json (config, data, environment,
     runtimes: everything :func:`split_run_keys` moves out of ``metrics``), history.csv and any named
     tables (``curves_accuracy=df`` -> curves_accuracy.csv)."""
     out = resolve(results_dir)

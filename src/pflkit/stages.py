@@ -42,8 +42,8 @@ class Stage:
     * ``notebook``: the py:percent twin (``notebooks/<paper>/<name>.py``); the stage executes the
       ``.ipynb`` beside it and keeps the executed copy in ``reports/<paper>/``;
     * ``config``: ``"module:Class"``, the StageConfig subclass that validates the stage's params;
-    * ``results``: files the stage writes into ``results/<stage>/`` (besides metrics.json, its
-      metrics), in dvc.yaml's order; ``plots``: CSVs there that DVC plots;
+    * ``results``: files the stage writes into ``results/<stage>/`` besides metrics.json (which the
+      claims ledger reads), in dvc.yaml's order; ``plots``: CSVs there that DVC plots;
     * ``figures``: figure names the stage saves as png + svg in ``figures/<paper>/`` (default: the
       notebook's name);
     * ``extra_outs`` / ``extra_deps``: other outputs (e.g. a model another stage reads) and inputs
@@ -89,15 +89,11 @@ class Stage:
 
     @property
     def outs(self) -> list[str]:
-        """Every output but the metrics and plots: executed notebook, figures, results, extra outputs."""
+        """Every output but the plots: executed notebook, figures, metrics.json, results, extra outputs."""
         figures = (self.stem,) if self.figures is None else self.figures
         return ([f"reports/{self.paper}/{self.stem}.ipynb"]
                 + [f"{self.figures_dir}/{f}.{ext}" for f in figures for ext in ("png", "svg")]
-                + [f"{self.results_dir}/{f}" for f in self.results] + list(self.extra_outs))
-
-    @property
-    def metrics(self) -> list[str]:
-        return [f"{self.results_dir}/metrics.json"]
+                + [f"{self.results_dir}/{f}" for f in ("metrics.json", *self.results)] + list(self.extra_outs))
 
     def config_class(self) -> type:
         """The config class, importing only its module."""
