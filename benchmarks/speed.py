@@ -16,11 +16,7 @@ What it measures, in one run on one machine (no DVC):
    [B, fan_in] @ [fan_in, fan_out]; a convolution counts as its im2col matmul) on this machine, and
    each workload's achieved GFLOP/s (``FlopCounterMode`` FLOPs of the reference arithmetic / batched
    time) as a share of it.
-3. **Eager vs compiled.** One FedAvg round per workload at 1 thread with the eager client update and with
-   the compiled one (``PFLKIT_COMPILE=1``, ``engine.compiled``), interleaved: round times, the first
-   compiled round's extra time (compiling), the largest parameter difference after one round from the
-   same state and draws, and which path ran (a workload the compiled path does not take runs eagerly).
-4. **Scaling.** Time and peak memory of one batched FedAvg round of the synthetic workload for
+3. **Scaling.** Time and peak memory of one batched FedAvg round of the synthetic workload for
    N in {10, 50, 200, 1000}, and of the MLP for hidden widths {50, 200, 800} (N = 50). Every point runs
    in a fresh process so its peak resident memory (CPU) or ``max_memory_allocated`` (CUDA) is its own.
 
@@ -37,8 +33,6 @@ import statistics
 import subprocess
 import sys
 import time
-import warnings
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -58,7 +52,6 @@ LR = 0.05
 TARGETS = {"synthetic": 20.0, "mlp": 20.0, "cnn": 5.0}  # required speedup over the reference loop
 CEILING_SHARE_TARGET = 0.30  # MLP: achieved / matmul ceiling
 SCALING_TARGET = 25.0  # time(N = 1000) / time(N = 50), synthetic
-COMPILED_TARGETS = {"synthetic": 2.5, "mlp": 0.95, "cnn": 0.95}  # eager / compiled round time (0.95: no slower)
 
 
 # ------------------------------------------------------------------------------------ workloads
@@ -252,54 +245,6 @@ def speed_rows(name: str, n: int, steps: int, batch: int, repeats: int, ref_repe
     return result
 
 
-# ------------------------------------------------------------------------------------ eager vs compiled
-@contextmanager
-def client_update(compiled: bool):
-    """Run the block with ``PFLKIT_COMPILE`` set to ``compiled`` (restored afterwards)."""
-    before = os.environ.get("PFLKIT_COMPILE")
-    os.environ["PFLKIT_COMPILE"] = "1" if compiled else "0"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("PFLKIT_COMPILE")
-        else:
-            os.environ["PFLKIT_COMPILE"] = before
-
-
-def compiled_row(name: str, n: int, steps: int, batch: int, repeats: int, device, quick: bool) -> dict:
-    """One FedAvg round, eager vs compiled client update, on the same state and draws (1 thread)."""
-    label, factory, data = workload(name, n, width=8 if quick else 200, quick=quick)
-    data = data.to(device)
-    algo = FedAvg(FunctionalModel(factory, device), local_steps=steps, lr=LR, batch_size=batch)
-    state = algo.init(data, 0)
-    rounds = {}
-    for flag in (False, True):  # first rounds: the compiled one compiles; same start, same draws
-        with client_update(flag), warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            start = time.perf_counter()
-            rounds[flag] = algo.round(algo.init(data, 0))
-            _sync(device)
-            rounds[flag, "s"] = time.perf_counter() - start
-        fallback = [str(w.message) for w in caught if "compiled local SGD" in str(w.message)]
-    path = "eager: " + fallback[0] if fallback else "compiled"  # the compiled round's warnings
-    diff = max((rounds[False].w[k] - rounds[True].w[k]).abs().max().item() for k in state.w)
-    eager, comp = [], []
-    for _ in range(repeats):
-        for flag, out in ((False, eager), (True, comp)):
-            with client_update(flag), warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                out += time_it(lambda: algo.round(state), 1, device)
-    se, sc = summary(eager), summary(comp)
-    return {"workload": name, "label": label, "clients": n, "local_steps": steps, "batch_size": batch,
-            "threads": torch.get_num_threads(), "eager": se, "compiled": sc,
-            "speedup": se["median_s"] / sc["median_s"], "speedup_range": [se["min_s"] / sc["max_s"],
-                                                                          se["max_s"] / sc["min_s"]],
-            "compile_s": rounds[True, "s"] - rounds[False, "s"] if path == "compiled" else None,
-            "max_abs_diff": diff, "path": path,
-            "target_speedup": COMPILED_TARGETS[name]}
-
-
 # ------------------------------------------------------------------------------------ scaling
 def scaling_point(name: str, n: int, width: int, steps: int, batch: int, repeats: int, device,
                   quick: bool) -> dict:
@@ -365,10 +310,6 @@ def _ms(s: float) -> str:
     return f"{s * 1e3:,.1f}"
 
 
-def _s(s: float | None) -> str:
-    return "-" if s is None else f"{s:.1f}"
-
-
 def markdown(res: dict) -> str:
     m = res["machine"]
     lines = [f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, device {m['device']}"
@@ -390,15 +331,6 @@ def markdown(res: dict) -> str:
         if r["epoch_batched_s"] is not None:
             lines.append(f"- {r['label']}, {r['threads']} thread(s): {r['epoch_batched_s']:.2f} s vs "
                          f"{r['epoch_reference_s']:.2f} s")
-    if res.get("compiled"):
-        lines += ["", "Eager vs compiled client update (`PFLKIT_COMPILE=1`), one FedAvg round, same draws:", "",
-                  "| workload | threads | eager ms (min-max) | compiled ms (min-max) | speedup | target |"
-                  " compile s | max abs diff | path |", "|---|---|---|---|---|---|---|---|---|"]
-        for r in res["compiled"]:
-            e, c = r["eager"], r["compiled"]
-            lines.append(f"| {r['label']} | {r['threads']} | {_ms(e['median_s'])} ({_ms(e['min_s'])}-{_ms(e['max_s'])})"
-                         f" | {_ms(c['median_s'])} ({_ms(c['min_s'])}-{_ms(c['max_s'])}) | {r['speedup']:.2f}x | "
-                         f"{r['target_speedup']:.2f}x | {_s(r['compile_s'])} | {r['max_abs_diff']:.1e} | {r['path']} |")
     lines += ["", "Scaling (batched FedAvg round, K = %d, batch %d):" % (res["local_steps"], res["batch_size"]), "",
               "| workload | N | width | params/model | round ms (min-max) | ms per client | peak round memory MB |"
               " per client KB | data per client KB |", "|---|---|---|---|---|---|---|---|---|"]
@@ -408,7 +340,7 @@ def markdown(res: dict) -> str:
                      f"{p['median_s'] * 1e3 / p['clients']:.3f} | {p['round_peak_bytes'] / 2**20:.1f} | "
                      f"{p['round_peak_bytes_per_client'] / 1024:.1f} | {p['data_bytes_per_client'] / 1024:.1f} |")
     lines += ["", "Targets:", ""]
-    for t in res["targets"] + res.get("compiled_targets", []):
+    for t in res["targets"]:
         lines.append(f"- [{'x' if t['met'] else ' '}] {t['what']}: {t['value']}")
     return "\n".join(lines) + "\n"
 
@@ -459,7 +391,7 @@ def main(argv=None) -> dict:
                                        a.quick)))
         return {}
     res = {"machine": machine_info(device), "local_steps": a.local_steps, "batch_size": a.batch_size,
-           "clients": a.clients, "speed": [], "compiled": [], "scaling": []}
+           "clients": a.clients, "speed": [], "scaling": []}
     started = time.perf_counter()
     for t in threads:
         torch.set_num_threads(t)
@@ -469,14 +401,6 @@ def main(argv=None) -> dict:
             print(f"[bench] {name}, {t} thread(s) ...", file=sys.stderr, flush=True)
             res["speed"] += speed_rows(name, a.clients, a.local_steps, a.batch_size, reps, max(1, (reps + 1) // 2),
                                        device, a.quick, peak)
-    torch.set_num_threads(1)
-    for name in a.workloads.split(","):
-        print(f"[bench] {name}, eager vs compiled, 1 thread ...", file=sys.stderr, flush=True)
-        reps = a.cnn_repeats if name == "cnn" else a.repeats * (3 if name == "synthetic" else 1)
-        res["compiled"].append(compiled_row(name, a.clients, a.local_steps, a.batch_size, reps, device, a.quick))
-    res["compiled_targets"] = [{"what": f"{r['workload']} FedAvg round, compiled vs eager (1 thr) >= "
-                                        f"{r['target_speedup']:.2f}x", "value": f"{r['speedup']:.2f}x",
-                                "met": r["speedup"] >= r["target_speedup"]} for r in res["compiled"]]
     points = [("synthetic", int(n), 0) for n in a.scaling_clients.split(",")]
     points += [("mlp", a.clients, int(w)) for w in a.scaling_widths.split(",")]
     print(f"[bench] scaling: {len(points)} points, one process each ...", file=sys.stderr, flush=True)

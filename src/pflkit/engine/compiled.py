@@ -4,10 +4,9 @@
 Eager runs ~20 small ops per step, each paying dispatch overhead (~200 us per step for the logistic
 workload); compiled, a step is a few fused loops plus the wide layers' bmm calls, and the K steps are one
 ``scan`` (compiled once, whatever K). On by ``local_sgd(..., compiled=True)`` or ``PFLKIT_COMPILE=1``;
-off by default. Every new (N, B, K, data shape) compiles once per process (1-2 s; ~8 s for the first, with
-inductor's start-up; at most torch._dynamo's recompile_limit = 8 of them). Where the path cannot run or
-gain (another model, prox / masks / dropout / full-batch steps, more than ``LARGEST`` stacked parameters,
-no C++ compiler, a failed compile, a 9th shape) it warns and ``local_sgd`` runs eagerly. Same
+off by default. Every new (N, B, K, data shape) compiles once per process (seconds). Where the path
+cannot run or gain (another model, prox / masks / dropout / full-batch steps, more than ``LARGEST``
+stacked parameters, no C++ compiler, a failed compile) it warns and ``local_sgd`` runs eagerly. Same
 arithmetic as the eager path up to summation order (~1e-7 apart after 20 steps; tests/unit/test_compiled_steps.py).
 """
 from __future__ import annotations
