@@ -10,7 +10,6 @@ import torch
 from torch import Tensor
 
 from ..data.federated import FederatedDataset
-from . import compiled as _compiled
 from .functional import FunctionalModel
 from .params import Params, num_models, scale_like, take
 
@@ -46,7 +45,7 @@ def expand_lr(lr: float | Tensor, steps: int, n: int, device) -> Tensor:
 def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, clients: Tensor, *,
               steps: int, lr: float | Tensor, batch_size: int | None, generator: torch.Generator,
               prox: float = 0.0, anchor: Params | None = None,
-              grad_weights: Tensor | None = None, masks: Params | None = None, compiled: bool | None = None):
+              grad_weights: Tensor | None = None, masks: Params | None = None):
     """Run ``steps`` minibatch SGD steps for every stacked model.
 
     v_i <- v_i - lr[s, i] * g_{s,i},  g_{s,i} = grad f_{schedule[s, i]}(v_i; batch) + prox * (v_i - anchor_i)
@@ -63,9 +62,6 @@ def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, cl
     ``grad_weights`` (theta, shape [steps, 1] or [steps, N]) it also returns sum_s theta_s g_s per model
     as a third value (LocalUpdate's client output). ``lr`` and ``grad_weights`` take the shapes of
     ``expand_lr``.
-
-    ``compiled`` (default: the ``PFLKIT_COMPILE`` environment variable, off) runs plain minibatch SGD of a
-    dense stacked network as one compiled program (``engine.compiled``); anything else warns and runs eagerly.
     """
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps!r}")
@@ -84,16 +80,6 @@ def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, cl
     dropout = bool(getattr(model, "dropout", False)) and not full
     if dropout:  # one seed per step for the dropout masks, drawn after the minibatches
         seeds = torch.randint(0, 2**62, (steps,), generator=generator, device=generator.device).tolist()
-    # plain SGD on graph-free tensors: the model applies the step itself (engine.stacked folds it into
-    # the weight-gradient matmul); prox, grad_weights or differentiable inputs take the general path
-    fused = (not prox and grad_weights is None and masks is None and not dropout and hasattr(model, "sgd_step_")
-             and not (torch.is_grad_enabled() and any(p.requires_grad for p in params.values())))
-    if steps and _compiled.requested(compiled):
-        out = _compiled.run(model, params, data, None if full else idx, lrs,
-                            None if fused and not full else "prox, masks, grad_weights, dropout, full-batch steps"
-                            " or parameters that require grad")
-        if out is not None:
-            return out
     losses = torch.empty(steps, n, device=data.device)
     names = list(params)
     # one working copy, updated in place with fused multi-tensor ops (the caller's tensors are untouched)
@@ -105,6 +91,10 @@ def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, cl
     if grad_weights is not None:
         theta = expand_lr(grad_weights, steps, n, data.device)
         acc = [torch.zeros_like(p) for p in cur]
+    # plain SGD on graph-free tensors: the model applies the step itself (engine.stacked folds it into
+    # the weight-gradient matmul); prox, grad_weights or differentiable inputs take the general path
+    fused = (not prox and acc is None and mask_list is None and not dropout and hasattr(model, "sgd_step_")
+             and not (torch.is_grad_enabled() and any(p.requires_grad for p in cur)))
     for s in range(steps):
         stacked = dict(zip(names, cur if mask_list is None else torch._foreach_mul(cur, mask_list)))
         if full:
