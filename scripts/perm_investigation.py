@@ -184,18 +184,18 @@ def machine() -> dict:
             "torch": torch.__version__, "python": platform.python_version(), "platform": platform.platform()}
 
 
-def references(seed: int) -> dict:
+def references(seed: int, ref_dir: str = REF_DIR) -> dict:
     """Local / localized FedAvg / PERM of the last full perm_fig4 run: seed ``seed`` from history.csv and
     the 3-seed means from metrics.json."""
     import pandas as pd
-    out = {"source": [f"{REF_DIR}/history.csv", f"{REF_DIR}/metrics.json"]}
-    h = pd.read_csv(ROOT / REF_DIR / "history.csv")
+    out = {"source": [f"{ref_dir}/history.csv", f"{ref_dir}/metrics.json"]}
+    h = pd.read_csv(ROOT / ref_dir / "history.csv")
     last = h["round"].max()
     rows = h[(h["round"] == last) & (h["seed"] == seed) & h["metric"].isin(["accuracy", "loss"])]
     out["round"] = int(last)
     out["seed"] = {m: {k: float(v) for k, v in g.set_index("metric")["value"].items()}
                    for m, g in rows.groupby("method")}
-    metrics = json.loads((ROOT / REF_DIR / "metrics.json").read_text())
+    metrics = json.loads((ROOT / ref_dir / "metrics.json").read_text())
     out["mean_3_seeds"] = {m: {"accuracy": r.get("accuracy_mean"), "loss": r.get("loss_mean")}
                            for m, r in metrics.get("final", {}).items()}
     out["sd_perm"] = metrics.get("final", {}).get("PERM", {}).get("accuracy_std")
@@ -322,6 +322,9 @@ def main(argv=None) -> int:
     ap.add_argument("--report-only", action="store_true", help="rewrite the md from the json")
     ap.add_argument("--append", action="store_true",
                     help="keep the runs already in the json and run only the settings (of --only) not in it")
+    ap.add_argument("--fig2", action="store_true",
+                    help="the Fig. 2 check (perm_fig2 data, seed --seed): Alg. 1, the variant and Local, stored under "
+                         "'fig2' in the json (which must exist); settings already there are skipped")
     ap.add_argument("--out", default=None, help="json path (default benchmarks/results/perm_investigation.json; "
                                                  "--quick: build/perm_investigation/quick.json)")
     args = ap.parse_args(argv)
@@ -334,6 +337,8 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     SCRATCH.mkdir(parents=True, exist_ok=True)
     os.chdir(ROOT)
+    if args.fig2:
+        return main_fig2(args.seed, out_json)
     from pflkit.engine import FunctionalModel
     from pflkit.experiments.images import image_federation, load_images
     _install_recorder()
@@ -599,6 +604,101 @@ def _word(diff: float) -> str:
     return "holds" if diff > 0.01 else ("a tie" if diff >= -0.01 else "does not hold")
 
 
+FIG2_DIR = "results/perm_fig2"
+
+
+def fig2_settings(cfg) -> list[tuple]:
+    """Fig. 2 (2 classes per client, CNN, K = 2, 60 rounds): Alg. 1 at params.yaml, the variant at its lr grid
+    and two lambdas, and Local (not among Fig. 2's methods) at two lrs."""
+    return ([("fig2", "params.yaml (Alg. 1)", {})]
+            + [("fig2", f"alpha visits, lr={lr:g}", {"variant": "alpha", "lr": lr}) for lr in (0.05, 0.1)]
+            + [("fig2", f"alpha visits, lr=0.05, lam={lam:g}", {"variant": "alpha", "lr": 0.05, "lam": lam})
+               for lam in (3e3, 3e2)]
+            + [("fig2", "alpha visits, lr=0.1, lam=300", {"variant": "alpha", "lr": 0.1, "lam": 3e2})]
+            + [("fig2", f"Local, lr={lr:g}", {"variant": "local", "lr": lr}) for lr in (0.05, 0.1)])
+
+
+def main_fig2(seed: int, out_json: Path) -> int:
+    from pflkit.config import load_params, validate_stage
+    from pflkit.engine import FunctionalModel
+    from pflkit.experiments.images import image_federation, load_images
+    _install_recorder()
+    res = json.loads(out_json.read_text())
+    cfg = validate_stage(load_params(ROOT / "params.yaml"), "perm_fig2")
+    img = load_images(cfg.dataset)
+    data = image_federation(cfg, img, seed).with_batch_order(cfg.batch_order)
+    model = FunctionalModel(cfg.model.factory(img.shape, img.num_classes), "cpu")
+    base = base_setting(cfg)
+    old = res.get("fig2") or {}
+    fig2 = {"seed": seed, "base_setting": base, "references": references(seed, FIG2_DIR),
+            "data": {"label": data.label, "num_clients": data.num_clients, "partition": cfg.partition,
+                     "model": cfg.model.model_dump(), "batch_size": cfg.batch_size},
+            "runs": old.get("runs", []), "wall_s": old.get("wall_s", 0.0)}
+    done = {r["label"] for r in fig2["runs"]}
+    todo = [t for t in fig2_settings(cfg) if t[1] not in done]
+    start = time.perf_counter() - fig2["wall_s"]
+    for i, (family, label, over) in enumerate(todo, 1):
+        st = {**base, **over}
+        print(f"[fig2 {i}/{len(todo)}] {label} ...", end=" ", flush=True)
+        r = run_one(model, data, st, seed, cfg.eval_every, cfg.batch_size)
+        fig2["runs"].append({"family": family, "label": label, "setting": {**st, "seed": seed}, **r})
+        print(f"acc {r.get('accuracy', float('nan')):.4f} loss {r.get('loss', float('nan')):.4f} ({r['wall_s']} s)"
+              + (f" DIVERGED {r['diverged']}" if "diverged" in r else ""), flush=True)
+        fig2["wall_s"] = round(time.perf_counter() - start, 1)
+        res["fig2"] = fig2
+        out_json.write_text(json.dumps(res, indent=1, default=str))
+    out_json.with_suffix(".md").write_text(report(res, _rel(out_json)))
+    print(f"wrote {out_json} ({fig2['wall_s']} s for Fig. 2)")
+    return 0
+
+
+def _fig2(res: dict) -> list[str]:
+    f2 = res.get("fig2")
+    if not f2 or not f2.get("runs"):
+        return []
+    ref = f2["references"]
+    d = f2["data"]
+    L = ["## 4. Fig. 2 check (perm_fig2 data; measured, one seed)", "",
+         f"{d['label']}, {d['num_clients']} clients, partition {d['partition']}, model {d['model']}, batch "
+         f"{d['batch_size']}; base " + ", ".join(f"{k}={v}" for k, v in f2["base_setting"].items())
+         + f". Seed {f2['seed']}; wall time {f2['wall_s']:.0f} s. References from `{ref['source'][0]}` (seed "
+         f"{f2['seed']}, round {ref['round']}):", "",
+         _row("method", "accuracy", "test loss", "train loss", "zero alpha", "alpha>0", "alpha_ii", "source"),
+         "|---|---|---|---|---|---|---|---|"]
+    for name, r in ref["seed"].items():
+        L.append(_row(name, _f(r.get("accuracy")), _f(r.get("loss")), "-", "-", "-", "-", "history.csv"))
+    for r in f2["runs"]:
+        if "diverged" in r:
+            L.append(_row(r["label"], "diverged", "-", "-", "-", "-", "-", "run here"))
+            continue
+        fa = r.get("final_alpha", {})
+        za = fa.get("zero_fraction")
+        nzc = fa.get("nonzero_clients_per_model", {}).get("median")
+        L.append(_row(r["label"], _f(r["accuracy"]), _f(r["loss"]), _f(r["train_loss"]),
+                      "-" if za is None else f"{za:.0%}", "-" if nzc is None else f"{nzc:.0f}",
+                      _f(fa.get("own_alpha_ii", {}).get("median")), "run here"))
+    runs = [r for r in f2["runs"] if "accuracy" in r]
+    others = {m: v["accuracy"] for m, v in ref["seed"].items() if m not in ("PERM", "Majority class")}
+    alg1 = [r for r in runs if r["setting"]["variant"] == "shuffle"]
+    vis = [r for r in runs if r["setting"]["variant"] == "alpha"]
+    loc = [r for r in runs if r["setting"]["variant"] == "local"]
+    if others and alg1 and vis:
+        bo_name = max(others, key=others.get)
+        bo = others[bo_name]
+        a1, bv = max(alg1, key=lambda r: r["accuracy"]), max(vis, key=lambda r: r["accuracy"])
+        line = (f"- **Fig. 2 verdict (seed {f2['seed']}):** best other method {bo_name} {bo:.3f}; Alg. 1 "
+                f"{a1['accuracy']:.3f} (**{_word(a1['accuracy'] - bo)}**, {a1['accuracy'] - bo:+.3f}); best variant "
+                f"{bv['label']} {bv['accuracy']:.3f} (**{_word(bv['accuracy'] - bo)}**, {bv['accuracy'] - bo:+.3f}, "
+                f"{bv['accuracy'] - a1['accuracy']:+.3f} over Alg. 1)")
+        if loc:
+            bl = max(loc, key=lambda r: r["accuracy"])
+            line += (f"; Local (run here, not a Fig. 2 method) {bl['label']} {bl['accuracy']:.3f}: the best variant "
+                     f"minus the best Local is {bv['accuracy'] - bl['accuracy']:+.3f} "
+                     f"(**{_word(bv['accuracy'] - bl['accuracy'])}** with Local counted)")
+        L += ["", line + "."]
+    return L + [""]
+
+
 def _row(*cells) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
@@ -613,7 +713,7 @@ def _header(res: dict, src: str) -> list[str]:
     sizes = d["train_sizes"]
     base = ", ".join(f"{k}={v}" for k, v in res["base_setting"].items())
     return [
-        "# PERM investigation (issue 18, item 3): why PERM underfits in Fig. 4", "",
+        "# PERM investigation (issue 18, item 3): why PERM underfits in Fig. 4 (and a check on Fig. 2)", "",
         f"Generated by `scripts/perm_investigation.py` from `{src}`; no number in this file is typed by hand.", "",
         f"- Machine: {m['cpu']} ({m['cores_visible']} cores visible), torch {m['torch']} at "
         f"{m['torch_threads']} thread, python {m['python']}. "
@@ -712,8 +812,9 @@ def _sweep(res: dict) -> list[str]:
 
 
 def report(res: dict, src: str = "benchmarks/results/perm_investigation.json") -> str:
-    L = _header(res, src) + _references(res) + _saved_alpha(res) + _schedule(res) + _sweep(res)
-    L += ["## Verdict (filled from the numbers above)", ""] + verdict(res) + [""]
+    L = _header(res, src) + _references(res) + _saved_alpha(res) + _schedule(res) + _sweep(res) + _fig2(res)
+    L += ["## Verdict for Fig. 4 (filled from the numbers above; Fig. 2's is at the end of section 4)", ""]
+    L += verdict(res) + [""]
     return "\n".join(L) + "\n"
 
 
