@@ -260,3 +260,62 @@ def test_perm_claim_compares_with_the_best_other_method():
     assert perm_claim(table)["holds"] is True  # a tie is not a loss
     assert perm_claim(table.loc[["PERM", "Majority class"]]) is None  # nothing to compare with
     assert perm_claim(table.drop(index="PERM")) is None
+
+
+def test_alpha_visits_draw_clients_in_proportion_to_alpha():
+    from pflkit.algorithms.perm import alpha_visit_clients
+    alpha = torch.tensor([[0.5, 0.5, 0.0], [0.0, 0.0, 1.0], [0.2, 0.3, 0.5]], dtype=torch.float64)
+    g = torch.Generator().manual_seed(0)
+    draws = torch.stack([alpha_visit_clients(alpha, g) for _ in range(20000)])  # [draws, models]
+    freq = torch.stack([(draws == j).double().mean(0) for j in range(3)], 1)  # [model, client]
+    torch.testing.assert_close(freq, alpha, atol=0.015, rtol=0)
+    assert (draws[:, 0] != 2).all() and (draws[:, 1] == 2).all()  # alpha_ij = 0: never visited
+
+
+def test_alpha_visits_with_identity_alpha_are_local_steps(mixed):
+    """visit='alpha' with alpha = I: every model draws its own client and takes K plain steps eta there."""
+    from pflkit.algorithms.perm import alpha_visit_steps
+    from pflkit.engine.local_sgd import local_sgd
+    model = FunctionalModel(lambda: logistic((6,), 3))
+    n = mixed.num_clients
+    v = broadcast(model.init(0), n)
+    alpha = torch.eye(n, dtype=torch.float64)
+    got = alpha_visit_steps(model, v, mixed, alpha, local_steps=3, lr=0.1, batch_size=None,
+                            generator=make_generator(0))
+    want, _ = local_sgd(model, v, mixed, torch.arange(n), steps=3, lr=0.1, batch_size=None,
+                        generator=make_generator(0))
+    for k in v:
+        torch.testing.assert_close(got[k], want[k])
+
+
+def test_visit_option_is_checked_and_alg1_stays_the_default():
+    model = FunctionalModel(lambda: logistic((5,), 2))
+    assert PERM(model, local_steps=1, lr=0.1, batch_size=2, lam=1.0).visit == "shuffle"
+    with pytest.raises(ValueError, match="visit must be one of"):
+        PERM(model, local_steps=1, lr=0.1, batch_size=2, lam=1.0, visit="bogus")
+    data = perm_synthetic(6, 40, 5, seed=0)
+    algo = PERM(model, local_steps=2, lr=0.1, batch_size=5, lam=10.0, visit="alpha")
+    s = algo.init(data, 0)
+    for _ in range(7):  # past one epoch: global step and alpha update as with visit='shuffle'
+        s = algo.round(s)
+    assert s.sigma is None and s.shuffle_round == 7
+    torch.testing.assert_close(s.alpha.sum(1), torch.ones(6, dtype=torch.float64))
+
+
+def test_perm_alpha_is_its_own_method_and_claim():
+    import pandas as pd
+    from pflkit.config import load_params, validate_stage
+    from pflkit.experiments.perm import METHODS, PermSection, perm_claim
+    from pflkit.paths import resolve
+    assert METHODS["perm_alpha"][0] == "PERM (alpha visits)"
+    model = FunctionalModel(lambda: logistic((5,), 2))
+    cfg = validate_stage(load_params(resolve("params.yaml")), "perm_fig1")
+    cfg = cfg.model_copy(update={"lr": {**cfg.lr, "perm_alpha": 0.2}, "perm_alpha": PermSection(lam=7.0)})
+    a, b = METHODS["perm"][1](model, cfg), METHODS["perm_alpha"][1](model, cfg)
+    assert (a.visit, a.lr, a.lam) == ("shuffle", cfg.lr["perm"], cfg.perm.lam)
+    assert (b.visit, b.lr, b.lam) == ("alpha", 0.2, 7.0)
+    table = pd.DataFrame({"accuracy_mean": [0.7, 0.9, 0.8, 0.4]},
+                         index=["PERM", "PERM (alpha visits)", "Local", "Majority class"])
+    assert perm_claim(table)["best_other"] == "Local" and not perm_claim(table)["holds"]
+    claim = perm_claim(table, perm="PERM (alpha visits)")
+    assert claim["best_other"] == "Local" and claim["holds"] and claim["margin"] == 0.1

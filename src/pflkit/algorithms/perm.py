@@ -21,6 +21,16 @@ takes ``global_steps`` minibatch SGD steps (M samples per client, lr gamma) and 
 ``alpha_steps`` projected-GD steps on g_i(w, .), warm-started from their current values.
 ``warmup_rounds`` of plain FedAvg may come first (the CIFAR-10 figure uses 10). **Two stage** is the
 same class with ``alpha_init='estimate'`` after the FedAvg warm-up (Alg. 3) and ``update_every=None``.
+
+**Visits (option ``visit``).** ``'shuffle'`` (default) is Alg. 1 as written: every model visits every
+client once per epoch with step eta * alpha_i(client) * N, so with a sparse alpha most visits are no-op
+steps and a few are steps of up to eta * max_j alpha_ij * N, which caps the usable eta. ``'alpha'`` is
+a variant the paper's objective permits (an unbiased stochastic version of the same weighted ERM,
+Phi(alpha_i, v) = sum_j alpha_ij f_j(v)): each round, model i visits ONE client drawn with probability
+alpha_ij and takes the K steps there with the plain step eta. The same local steps per round and the
+same expected step mass per client per epoch as Alg. 1, but every step is non-zero and of size eta; a
+client may host several models in a round (or none), so the per-round communication pattern is not
+the Latin square of Alg. 1. ``benchmarks/results/perm_investigation.md`` compares the two.
 """
 from __future__ import annotations
 
@@ -39,6 +49,7 @@ from .round import aggregate, local_round
 
 ALPHA_SOLVERS = ("exact", "gd")
 ALPHA_INITS = ("uniform", "estimate")
+VISITS = ("shuffle", "alpha")
 
 
 # --------------------------------------------------------------------------- mixing weights
@@ -165,6 +176,24 @@ def shuffle_steps(model: FunctionalModel, v: Params, data: FederatedDataset, alp
     return v
 
 
+def alpha_visit_clients(alpha: Tensor, generator: torch.Generator) -> Tensor:
+    """visit='alpha': the client of every model this round, drawn with probabilities alpha_i (one draw per model)."""
+    return torch.multinomial(alpha.double().cpu(), 1, generator=generator).squeeze(1)
+
+
+def alpha_visit_steps(model: FunctionalModel, v: Params, data: FederatedDataset, alpha: Tensor, *,
+                      local_steps: int, lr: float, batch_size: int | None, generator: torch.Generator,
+                      masks: Params | None = None) -> Params:
+    """One round of the visit='alpha' variant: model i moves to a client c ~ alpha_i and takes K SGD steps
+    of size eta there (``masks``: the slice m_i AND m_c, as in ``shuffle_steps``)."""
+    clients = alpha_visit_clients(alpha, generator)
+    if masks is not None:
+        masks = intersect(masks, {k: m[clients.to(m.device)] for k, m in masks.items()})
+    v, _ = local_sgd(model, v, data, clients, steps=local_steps, lr=lr, batch_size=batch_size,
+                     generator=generator, masks=masks)
+    return v
+
+
 # --------------------------------------------------------------------------- the algorithm
 @dataclass
 class PERMState(BaseState):
@@ -177,7 +206,8 @@ class PERMState(BaseState):
 
 def set_perm_settings(obj, *, local_steps: int, lr: float, batch_size: int | None, lam: float, alpha_solver: str,
                       alpha_steps: int, alpha_samples: int | None, global_lr: float, global_steps: int,
-                      warmup_rounds: int, warmup_lr: float | None, alpha_init: str, update_every) -> None:
+                      warmup_rounds: int, warmup_lr: float | None, alpha_init: str, update_every,
+                      visit: str = "shuffle") -> None:
     """Check PERM's settings (shared by PERM and PERMHetero) and set them on ``obj``."""
     obj.local_steps = check_positive("local_steps", local_steps, integer=True)
     obj.lr = check_positive("lr", lr)
@@ -201,6 +231,9 @@ def set_perm_settings(obj, *, local_steps: int, lr: float, batch_size: int | Non
             (isinstance(update_every, int) and not isinstance(update_every, bool) and update_every >= 1)):
         raise ValueError(f"update_every must be an integer >= 1, 'epoch' or None, got {update_every!r}")
     obj.update_every = update_every
+    if visit not in VISITS:
+        raise ValueError(f"visit must be one of {VISITS}, got {visit!r}")
+    obj.visit = visit
 
 
 class PERM:
@@ -213,6 +246,8 @@ class PERM:
     alpha_init: 'uniform' (Alg. 2) or 'estimate' (Alg. 3: alpha at the warm-up model).
     update_every: rounds between global-model + alpha updates (None: never, i.e. two-stage PERM;
     default: N, once per epoch).
+    visit: 'shuffle' (Alg. 1 as written, default) or 'alpha' (each round, model i visits a client drawn
+    with probability alpha_ij and takes plain steps eta; see the module docstring).
 
     The round is written here once for PERM and PERM-hetero (``algorithms.perm_hetero.PERMHetero``),
     which supplies sub-model masks through ``personal_masks`` / ``round_masks`` and its own mixing
@@ -225,12 +260,12 @@ class PERM:
                  lam: float, alpha_solver: str = "gd", alpha_steps: int = 20, alpha_samples: int | None = None,
                  global_lr: float = 0.1, global_steps: int = 1, warmup_rounds: int = 0,
                  warmup_lr: float | None = None, alpha_init: str = "uniform",
-                 update_every: int | None | str = "epoch"):
+                 update_every: int | None | str = "epoch", visit: str = "shuffle"):
         self.model = model
         set_perm_settings(self, local_steps=local_steps, lr=lr, batch_size=batch_size, lam=lam,
                           alpha_solver=alpha_solver, alpha_steps=alpha_steps, alpha_samples=alpha_samples,
                           global_lr=global_lr, global_steps=global_steps, warmup_rounds=warmup_rounds,
-                          warmup_lr=warmup_lr, alpha_init=alpha_init, update_every=update_every)
+                          warmup_lr=warmup_lr, alpha_init=alpha_init, update_every=update_every, visit=visit)
 
     # -- what PERM-hetero changes: sub-model masks and the mixing weights
     def personal_masks(self, data: FederatedDataset) -> Params | None:
@@ -281,12 +316,17 @@ class PERM:
             if s.round >= self.warmup_rounds:
                 self._start(s)
             return s
-        step = s.shuffle_round % n
-        if step == 0:
-            s.sigma = torch.randperm(n, generator=s.generator)
-        s.v = shuffle_steps(self.model, s.v, data, s.alpha, s.sigma, step, local_steps=self.local_steps,
-                            lr=self.lr, batch_size=self.batch_size, generator=s.generator,
-                            masks=self.personal_masks(data))
+        if self.visit == "alpha":
+            s.v = alpha_visit_steps(self.model, s.v, data, s.alpha, local_steps=self.local_steps, lr=self.lr,
+                                    batch_size=self.batch_size, generator=s.generator,
+                                    masks=self.personal_masks(data))
+        else:
+            step = s.shuffle_round % n
+            if step == 0:
+                s.sigma = torch.randperm(n, generator=s.generator)
+            s.v = shuffle_steps(self.model, s.v, data, s.alpha, s.sigma, step, local_steps=self.local_steps,
+                                lr=self.lr, batch_size=self.batch_size, generator=s.generator,
+                                masks=self.personal_masks(data))
         s.shuffle_round += 1
         period = self._period(n)
         if period is not None and s.shuffle_round % period == 0:
