@@ -146,7 +146,7 @@ def evaluate(claims: list[dict], folders: dict[str, Path], root: Path = ROOT) ->
             row = {k: c.get(k, "") for k in ("id", "paper", "figure", "stage", "claim", "metric", "rule", "why")}
             row.update(profile=profile, value="", estimate="", verdict="not run", dataset="", substitute=False)
             path = folder / c["stage"] / "metrics.json"
-            if path.is_file():
+            if path.is_file() and profile in c.get("profiles", [profile]):
                 metrics = json.loads(path.read_text())
                 row["dataset"], row["substitute"] = dataset_of(metrics)
                 paths = c["values"] if "values" in c else [c["value"]]
