@@ -412,7 +412,7 @@ def main(argv=None) -> dict:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "speed.json", res)
-    write_text(out / "speed.md", "# Engine speed\n\n" + table)
+    write_text(out / "speed.md", table)
     print(table)
     return res
 
