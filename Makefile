@@ -1,5 +1,6 @@
 # The two commands a researcher needs:
 #   make reproduce   set up .venv if missing, fetch offline data, run the whole DVC pipeline
+#                    (PROFILE=paper: every stage at the papers' settings, under build/paper/, outside DVC)
 #   make test        set up .venv if missing, lint (ruff check), run every notebook (nbval), the
 #                    smoke-result regression, unit and integration tests
 # Torch threads follow OMP_NUM_THREADS (params.yaml `threads: auto`): OMP_NUM_THREADS=2 make test.
@@ -34,8 +35,13 @@ data: setup
 validate: setup
 	$(PY) -m pflkit validate
 
+PROFILE ?= default
 reproduce: setup data validate
+ifeq ($(PROFILE),default)
 	dvc repro
+else
+	$(PY) -m pflkit reproduce --profile $(PROFILE)
+endif
 
 # lint first (ruff, configured in pyproject.toml); then notebooks: nbval executes each one with its smoke
 # defaults, writing build/smoke/<stage>/, which tests/regression then compares with the expected values

@@ -282,6 +282,9 @@ def main(argv=None, root: Path = ROOT) -> list[dict]:
     p.add_argument("--check", action="store_true", help="exit 1 when a claim of a stage that ran has no value")
     p.add_argument("--profiles", help="comma-separated profiles to show (default: every profile that has run); "
                    "the DVC stage shows only `default`, so its outputs depend on its inputs alone")
+    p.add_argument("--out", help="write only the table and markdown (claims.csv, claims.md of the last profile) "
+                   "into this folder, e.g. build/paper (what `python -m pflkit reproduce` does): DVC's outputs "
+                   "(results/claims*, reports/index.html) are left as they are")
     a = p.parse_args(argv)
     claims = read_yaml(a.claims, "claims file")
     stages = {s.name: s for s in load_stages().STAGES}
@@ -300,6 +303,12 @@ def main(argv=None, root: Path = ROOT) -> list[dict]:
         folders = {p: folders.get(p, root / "build" / p) for p in wanted}
     profiles = list(folders)
     rows = evaluate(claims, folders, root)
+    if a.out:
+        out = root / a.out
+        write(out / "claims.csv", to_csv(rows))
+        write(out / "claims.md", to_markdown(rows, profiles[-1]))
+        print(f"{len(claims)} claims, profiles {profiles}: wrote {_rel(out, root)}/claims.csv and claims.md")
+        return rows
     write(root / "results" / "claims.csv", to_csv(rows))
     write(root / "results" / "claims.md", to_markdown(rows))
     write(root / "reports" / "index.html", to_html(rows, profiles, stages))

@@ -13,6 +13,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("stage")
     p.add_argument("notebook")
     p.add_argument("--params", default="params.yaml")
+    p.add_argument("--profile", default="default", help="params.yaml profile (default: the sections as written, "
+                                                          "what dvc.yaml runs; another writes under build/<profile>/)")
+
+    p = sub.add_parser("reproduce", help="run every stage (in pipeline order) under a params.yaml profile, outputs "
+                                         "under build/<profile>/, then its claims ledger; `dvc repro` runs the "
+                                         "default profile")
+    p.add_argument("--profile", required=True)
+    p.add_argument("--stages", default=None, help="comma-separated stage names (default: all)")
+    p.add_argument("--params", default="params.yaml")
 
     p = sub.add_parser("validate", help="check every section of params.yaml, and that every stage of dvc.yaml "
                                         "has a valid section; run nothing")
@@ -40,11 +49,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "stage":
             from .notebooks import StageError, run_stage
             try:
-                report = run_stage(args.stage, args.notebook, args.params)
+                report = run_stage(args.stage, args.notebook, args.params, args.profile)
             except StageError as exc:  # a path and a reason: no traceback
                 print(exc, file=sys.stderr)
                 return 1
             print(f"{args.stage}: wrote {report}")
+        elif args.command == "reproduce":
+            from .reproduce import reproduce
+            return reproduce(args.profile, args.stages.split(",") if args.stages else None, args.params)
         elif args.command == "tune":
             from . import stages
             from .config import load_params, validate_stage

@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 from contextlib import contextmanager
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Iterator
 
 import yaml
@@ -167,16 +167,28 @@ def check_twins(root: str | Path | None = None) -> list[str]:
     return problems
 
 
-def stage_outputs(stage: str, root: Path) -> list[Path]:
-    """Every path the stage declares in dvc.yaml (outs, metrics, plots)."""
+def stage_outputs(stage: str, root: Path, profile: str = DEFAULT_PROFILE) -> list[Path]:
+    """Every path the stage declares in dvc.yaml (outs, metrics, plots); for another profile, where that
+    profile's run writes each (``profile_path``)."""
     spec = yaml.safe_load((root / "dvc.yaml").read_text())["stages"].get(stage)
     if spec is None:
         raise ConfigError(f"dvc.yaml has no stage {stage!r}")
     paths = []
     for key in ("outs", "metrics", "plots"):
         for entry in spec.get(key, []) or []:
-            paths.append(root / (entry if isinstance(entry, str) else next(iter(entry))))
+            paths.append(root / profile_path(entry if isinstance(entry, str) else next(iter(entry)), profile))
     return paths
+
+
+def profile_path(path: str, profile: str = DEFAULT_PROFILE) -> str:
+    """Where a run of ``profile`` writes the DVC output ``path``: the path itself for the default profile;
+    else under build/<profile>/, as ``config.output_dirs`` lays it out: results/<stage>/f and
+    models/<stage>/f -> build/<profile>/<stage>/f, figures/... and reports/... -> build/<profile>/figures/...,
+    build/<profile>/reports/.... (A profile's run is not a DVC stage: it never touches DVC's outputs.)"""
+    if profile == DEFAULT_PROFILE:
+        return path
+    head, _, rest = path.partition("/")
+    return f"build/{profile}/{rest if head in ('results', 'models') else path}"
 
 
 TWIN_SHA256_ENV = "PFLKIT_TWIN_SHA256"
@@ -186,9 +198,11 @@ class StageError(RuntimeError):
     """A stage cannot start, or cannot write its outputs: the message names the path and why."""
 
 
-def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml") -> Path:
-    """Validate the stage's parameters, execute its notebook at paper scale, and leave the executed
-    copy in reports/.
+def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml",
+              profile: str = DEFAULT_PROFILE) -> Path:
+    """Validate the stage's parameters, execute its notebook at params.yaml's scale, and leave the executed
+    copy in reports/. With another ``profile`` (e.g. ``paper``) the values are that profile's and every
+    output goes under build/<profile>/ (``profile_path``), the executed copy to build/<profile>/reports/.
 
     The notebook executed is built at run time from the py:percent twin ``<name>.py`` (the file DVC
     tracks), never from the stored ``.ipynb``: an edit in the twin is what runs, an edit made only in
@@ -220,7 +234,7 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
     from .progress import ENV as PROGRESS_ENV
 
     root = project_root()
-    cfg = validate_stage(load_params(root / params_file), stage)  # bad input fails before any work
+    cfg = validate_stage(load_params(root / params_file), stage, profile)  # bad input fails before any work
     notebook = Path(notebook)
     if notebook.is_absolute():
         notebook = notebook.relative_to(root)
@@ -228,8 +242,9 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
     if not twin.is_file():
         raise StageError(f"stage {stage}: no py:percent twin {twin_of(notebook)}; the stage executes the twin "
                          f"(the file DVC tracks): create it with `jupytext --set-formats ipynb,py:percent {notebook}`")
-    report = root / "reports" / notebook.with_suffix(".ipynb").relative_to("notebooks")
-    outputs = stage_outputs(stage, root)
+    report_rel = PurePosixPath("reports") / notebook.with_suffix(".ipynb").relative_to("notebooks")
+    report = root / profile_path(str(report_rel), profile)
+    outputs = stage_outputs(stage, root, profile)
     if report not in outputs:
         outputs.append(report)
     running = root / "build" / "running"
@@ -263,10 +278,10 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
                        PARAMS_ENV: str(root / params_file)}):
             echo.start()
             try:
-                # the notebook reads its values from params.yaml (profile default); the runner names the
-                # stage, the profile and the DVC output folders
+                # the notebook reads its values from params.yaml (the profile's); the runner names the
+                # stage, the profile and the output folders
                 executed = execute_notebook(tmp, tmp, cwd=root, parameters={
-                    "stage": stage, "profile": DEFAULT_PROFILE, "results_dir": cfg.results_dir,
+                    "stage": stage, "profile": profile, "results_dir": cfg.results_dir,
                     "figures_dir": cfg.figures_dir})
             finally:
                 echo.stop()
@@ -295,8 +310,47 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
         for path in temps:
             path.unlink(missing_ok=True)
     failed.unlink(missing_ok=True)  # a failure of an earlier run is stale now
-    print(f"{stage}: done in {time.monotonic() - start:.1f} s", file=sys.stderr, flush=True)
+    seconds = time.monotonic() - start
+    print(f"{stage}: done in {seconds:.1f} s", file=sys.stderr, flush=True)
+    record_runtime(root, stage, profile, seconds, cfg)
     return report
+
+
+#: every successful stage run appends a line here (build/: never a DVC output); scripts/stage_runtimes.py
+#: turns it into README's table of runtimes per stage and profile
+RUNTIMES_LOG = "build/runtimes.csv"
+RUNTIME_COLUMNS = ("stage", "profile", "seconds", "device", "threads", "cpu", "finished_utc")
+
+
+def record_runtime(root: Path, stage: str, profile: str, seconds: float, cfg) -> None:
+    """Append one stage run's wall time (and where it ran) to ``RUNTIMES_LOG``; never fails the stage."""
+    import csv
+    import datetime
+    import platform
+
+    from .config import resolve_threads
+    from .device import resolve_device
+    try:
+        device = resolve_device(cfg.device)
+        name = (__import__("torch").cuda.get_device_name(device) if device.type == "cuda" else "cpu")
+        cpu = platform.processor() or platform.machine()
+        try:
+            cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                       if line.startswith("model name"))
+        except (OSError, StopIteration):
+            pass
+        path = root / RUNTIMES_LOG
+        path.parent.mkdir(parents=True, exist_ok=True)
+        new = not path.exists()
+        with path.open("a", newline="") as f:
+            w = csv.writer(f)
+            if new:
+                w.writerow(RUNTIME_COLUMNS)
+            now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            w.writerow([stage, profile, f"{seconds:.1f}", name, resolve_threads(cfg.threads),
+                        f"{cpu} x{os.cpu_count()}", now])
+    except (OSError, ValueError) as exc:
+        print(f"{stage}: runtime not recorded in {RUNTIMES_LOG} ({exc})", file=sys.stderr)
 
 
 def _describe(exc: OSError, root: Path) -> str:

@@ -154,3 +154,36 @@ def test_dvc_repro_executes_the_twin_dvc_tracks_not_the_stored_ipynb(tmp_path):
     report = (proj / REPORT).read_text()
     assert "MARKER-TWIN" in report and "MARKER-IPYNB-ONLY" not in report
     assert json.loads(_run([dvc, "status", "--json"], proj).stdout) == {}
+
+
+def test_reproduce_runs_a_profile_under_build_records_its_runtime_and_writes_its_ledger(tmp_path):
+    """`python -m pflkit reproduce --profile P`: the profile's values, every output under build/P/ (DVC's
+    outputs untouched), one line in build/runtimes.csv, and the profile's claims ledger in build/P/."""
+    proj = _project(tmp_path)
+    params = yaml.safe_load((proj / "params.yaml").read_text())
+    params["profiles"] = {"quick": {STAGE: {"rounds": 1, "seeds": [0]}}}
+    (proj / "params.yaml").write_text(yaml.safe_dump(params))
+    (proj / "scripts").mkdir()
+    for script in ("claims.py", "dvc_stages.py"):
+        shutil.copy(ROOT / "scripts" / script, proj / "scripts" / script)
+    (proj / "src/pflkit").mkdir(parents=True)  # the ledger reads the stage table from the project's source
+    shutil.copy(ROOT / "src/pflkit/stages.py", proj / "src/pflkit/stages.py")
+    claims = [c for c in yaml.safe_load((ROOT / "claims.yaml").read_text()) if c["stage"] == STAGE]
+    (proj / "claims.yaml").write_text(yaml.safe_dump(claims))
+    _run([sys.executable, "-m", "pflkit", "reproduce", "--profile", "quick", "--stages", STAGE], proj)
+    run_info = json.loads((proj / "build/quick/perm_fig1/run.json").read_text())
+    assert run_info["config"]["rounds"] == 1 and run_info["config"]["seeds"] == [0]
+    assert (proj / "build/quick/reports/perm/fig1_synthetic.ipynb").is_file()
+    assert (proj / "build/quick/figures/perm/fig1_synthetic.png").is_file()
+    assert not (proj / "results").exists() and not (proj / "figures").exists() and not (proj / "reports").exists()
+    log = (proj / "build/runtimes.csv").read_text().splitlines()
+    assert log[0] == "stage,profile,seconds,device,threads,cpu,finished_utc"
+    assert len(log) == 2 and log[1].startswith("perm_fig1,quick,") and ",cpu," in log[1]
+    ledger = (proj / "build/quick/claims.csv").read_text()
+    assert ledger.count(",quick,") == len(claims) and "not run" in ledger  # default has not run here
+
+    for args, message in ((["--profile", "default"], "the default profile is what `dvc repro` runs"),
+                          (["--profile", "quick", "--stages", "nope"], "stages: unknown ['nope']; allowed:"),
+                          (["--profile", "nope"], "profile: unknown profile 'nope'")):
+        out = _run([sys.executable, "-m", "pflkit", "reproduce", *args], proj, check=False)
+        assert out.returncode == 1 and message in out.stderr, out.stderr

@@ -125,3 +125,30 @@ def test_batch_order_default_is_with_replacement_and_bad_orders_are_refused():
     moving = torch.tensor([[0, 1], [1, 1]])
     with pytest.raises(ValueError, match="stay on one client"):
         data.with_batch_order("shuffled").sample_indices(moving, 2, torch.Generator())
+
+
+def test_label_groups_shift_each_groups_labels_and_record_the_groups():
+    """with_label_groups(G): client j is in group j * G // N and its labels (train and test) are shifted by
+    its group mod the classes, checked row by row against the original; images are untouched."""
+    rng = np.random.default_rng(0)
+    train = [(rng.normal(size=(5, 3)), rng.integers(0, 4, 5)) for _ in range(6)]
+    test = [(rng.normal(size=(2, 3)), rng.integers(0, 4, 2)) for _ in range(6)]
+    fed = FederatedDataset.from_client_arrays(train, test, num_classes=4, name="toy")
+    grouped = fed.with_label_groups(3)
+    assert grouped.groups.tolist() == [0, 0, 1, 1, 2, 2]
+    for j in range(6):
+        g = j * 3 // 6
+        for split, pairs in (("train", train), ("test", test)):
+            x, y = grouped.client(j, split)
+            assert torch.equal(x, torch.as_tensor(pairs[j][0]).to(x.dtype))
+            assert y.tolist() == [(int(v) + g) % 4 for v in pairs[j][1]]
+    assert fed.with_label_groups(1) is fed
+    assert fed.groups is None  # the original is unchanged
+
+
+@pytest.mark.parametrize("groups", [0, 5, 7, 2.0])
+def test_label_groups_out_of_range_are_refused_naming_the_parameter(groups):
+    fed = FederatedDataset.from_client_arrays([(np.zeros((2, 1)), np.array([0, 1]))] * 6,
+                                              [(np.zeros((1, 1)), np.array([0]))] * 6, num_classes=4, name="toy")
+    with pytest.raises(ValueError, match=r"label_groups must be an integer in \[1, 4\]"):
+        fed.with_label_groups(groups)

@@ -157,6 +157,26 @@ class FederatedDataset:
             raise ValueError(f"batch_order must be one of {BATCH_ORDERS}, got {order!r}")
         return replace(self, batch_order=order, _padded=self._padded, _buckets=self._buckets)
 
+    def with_label_groups(self, num_groups: int) -> "FederatedDataset":
+        """Clients split into ``num_groups`` contiguous groups (client j in group j * G // N); group g's
+        labels (train and test) are shifted by g, y -> (y + g) mod num_classes. Clients of one group share
+        a task; clients of different groups give every image a different label, so they should not learn
+        together (the structure of PERM's Fig. 1, label flips between two groups, on image data).
+        ``groups`` records the truth. One group is the data unchanged."""
+        n, c = self.num_clients, self.num_classes
+        if not isinstance(num_groups, int) or not 1 <= num_groups <= min(n, c):
+            raise ValueError(f"label_groups must be an integer in [1, {min(n, c)}] (at most the {n} clients "
+                             f"and the {c} classes), got {num_groups!r}")
+        if num_groups == 1:
+            return self
+        group = torch.arange(n) * num_groups // n
+
+        def shifted(y, sizes):
+            shift = torch.repeat_interleave(group, sizes).to(y.device)
+            return (y + shift) % c
+        return replace(self, y_train=shifted(self.y_train, self.train_sizes),
+                       y_test=shifted(self.y_test, self.test_sizes), groups=group, _padded={}, _buckets={})
+
     def client(self, j: int, split: str = "train") -> tuple[Tensor, Tensor]:
         x, y, off, size = self._split(split)
         a, b = int(off[j]), int(off[j] + size[j])

@@ -442,10 +442,16 @@ class ImageCurvesConfig(RunConfig):
     pool_size: int | None = Field(None, ge=2)  # subsample the pooled data (None: all)
     test_fraction: float = Field(gt=0, lt=1)
     model: ModelSection
+    #: G > 1: clients in G groups, group g's labels shifted by g (FederatedDataset.with_label_groups)
+    label_groups: PositiveInt = 1
 
     @model_validator(mode="after")
     def _partition_fits_data(self):
-        raise_problems(image_partition_problems(self.dataset, self.partition, self.num_clients, self.pool_size))
+        problems = image_partition_problems(self.dataset, self.partition, self.num_clients, self.pool_size)
+        if self.label_groups > self.num_clients:
+            problems.append(("label_groups", f"{self.label_groups} exceeds num_clients = {self.num_clients}; "
+                                             f"allowed: 1..{self.num_clients}"))
+        raise_problems(problems)
         return self
 
 
@@ -462,11 +468,22 @@ def image_curves(cfg: ImageCurvesConfig, show_progress: bool = True, checkpoint:
     img = load_images(cfg.dataset)
     factory = cfg.model.factory(img.shape, img.num_classes)
     from ..models import count_parameters
-    scale = (f"N={cfg.num_clients}, {cfg.partition.get('scheme')} split, {cfg.model.name} "
+    if cfg.label_groups > img.num_classes:
+        raise ValueError(f"label_groups: {cfg.label_groups} exceeds the {img.num_classes} classes of {img.label}; "
+                         f"allowed: 1..{img.num_classes}")
+    groups = f", {cfg.label_groups} label-shifted groups" if cfg.label_groups > 1 else ""
+    scale = (f"N={cfg.num_clients}, {cfg.partition.get('scheme')} split{groups}, {cfg.model.name} "
              f"({count_parameters(factory()):,} params), {cfg.rounds} rounds, K={cfg.local_steps}, "
              f"{len(cfg.seeds)} seeds")
-    return run_curves(cfg, factory, lambda seed: image_federation(cfg, img, seed), scale, show_progress,
-                      record=dataset_record(img), checkpoint=checkpoint)
+    result = run_curves(cfg, factory, lambda seed: image_federation(cfg, img, seed).with_label_groups(cfg.label_groups),
+                        scale, show_progress, record=dataset_record(img), checkpoint=checkpoint)
+    if cfg.label_groups > 1:  # who learns with whom: each PERM variant's alpha mass inside the client's group
+        own = {}
+        for (method, _seed), state in sorted(result.states.items()):
+            if getattr(state, "alpha", None) is not None:
+                own.setdefault(method, []).append(float(own_group_mass(state.alpha.cpu(), state.data.groups).mean()))
+        result.metrics["alpha_own_group_mass"] = {m: round(sum(v) / len(v), 4) for m, v in own.items()}
+    return result
 
 
 # --------------------------------------------------------------------------- fair tuning

@@ -1,0 +1,105 @@
+"""README's table of stage runtimes per profile, from measurements only.
+
+    python scripts/stage_runtimes.py      writes benchmarks/results/stage_runtimes.{csv,md}
+
+Two sources, each row says which:
+* ``whole run``: build/runtimes.csv, one line per successful stage run (``pflkit.notebooks.record_runtime``:
+  ``dvc repro``, ``python -m pflkit stage`` and ``python -m pflkit reproduce`` append to it); the latest
+  run per stage, profile and device is kept. The table is committed, so the lines that made it are
+  copied into benchmarks/results/stage_runtimes.csv with it.
+* ``estimate``: benchmarks/results/paper_estimates.json (``benchmarks/paper_estimates.py``): a stage too
+  slow to run whole on this CPU, timed for a few rounds at its paper setting and multiplied out to its
+  rounds and seeds, stated as such.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LOG = ROOT / "build" / "runtimes.csv"
+ESTIMATES = ROOT / "benchmarks" / "results" / "paper_estimates.json"
+OUT = ROOT / "benchmarks" / "results" / "stage_runtimes"
+COLUMNS = ["stage", "profile", "seconds", "device", "threads", "cpu", "how", "finished_utc"]
+
+
+COMMITTED = OUT.with_suffix(".csv")
+
+
+def rows(log: Path = LOG, estimates: Path = ESTIMATES, committed: Path = COMMITTED) -> list[dict]:
+    """Latest whole run per (stage, profile, device) from the committed table and the local log (newer
+    wins), then the estimates for (stage, profile, device) that have no whole run."""
+    latest: dict[tuple, dict] = {}
+    for source in (committed, log):
+        if not source.is_file():
+            continue
+        for r in csv.DictReader(source.open()):
+            if r.get("how", "whole run") != "whole run":
+                continue
+            key = (r["stage"], r["profile"], r["device"])
+            if key not in latest or r["finished_utc"] >= latest[key]["finished_utc"]:
+                latest[key] = {**{c: r.get(c, "") for c in COLUMNS}, "how": "whole run"}
+    if estimates.is_file():
+        for e in json.loads(estimates.read_text())["stages"]:
+            key = (e["stage"], e["profile"], e["device"])
+            if key not in latest:
+                latest[key] = {"stage": e["stage"], "profile": e["profile"], "seconds": f"{e['seconds']:.0f}",
+                               "device": e["device"], "threads": str(e["threads"]), "cpu": e["cpu"],
+                               "how": f"estimate: {e['how']}", "finished_utc": e["finished_utc"]}
+    return sorted(latest.values(), key=lambda r: (r["profile"], r["stage"], r["device"]))
+
+
+def duration(seconds: str) -> str:
+    s = float(seconds)
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
+
+
+def to_markdown(table: list[dict]) -> str:
+    from pflkit import stages
+    order = [s.name for s in stages.STAGES]
+    profiles = sorted({r["profile"] for r in table}, key=lambda p: (p != "default", p))
+    devices = sorted({(r["profile"], r["device"]) for r in table}, key=lambda pd: (profiles.index(pd[0]), pd[1]))
+    cell = {(r["stage"], r["profile"], r["device"]): r for r in table}
+    head = "| stage | " + " | ".join(f"{p} profile, {d}" for p, d in devices) + " |"
+    lines = [head, "|---" * (len(devices) + 1) + "|"]
+    for stage in order:
+        if not any((stage, p, d) in cell for p, d in devices):
+            continue
+        parts = []
+        for p, d in devices:
+            r = cell.get((stage, p, d))
+            parts.append("" if r is None else duration(r["seconds"]) + (" (est.)" if r["how"] != "whole run" else ""))
+        lines.append(f"| {stage} | " + " | ".join(parts) + " |")
+    totals = []
+    for p, d in devices:
+        got = [float(cell[(s, p, d)]["seconds"]) for s in order if (s, p, d) in cell]
+        totals.append(f"**{duration(str(sum(got)))}** ({len(got)} stages)")
+    lines.append("| **all** | " + " | ".join(totals) + " |")
+    machines = sorted({f"{r['device']}: {r['cpu']}, {r['threads']} torch thread(s)" for r in table})
+    notes = ["", "Measured on " + "; ".join(machines) + ". Whole runs are the latest successful run of each stage "
+             "(build/runtimes.csv); (est.) marks a paper-scale stage timed for a few rounds and multiplied out "
+             "(benchmarks/results/paper_estimates.md says how, per stage)."]
+    return "\n".join(lines + notes) + "\n"
+
+
+def main() -> int:
+    sys.path.insert(0, str(ROOT / "src"))
+    table = rows()
+    if not table:
+        print(f"no runtimes yet: run stages first ({LOG.relative_to(ROOT)} is empty)", file=sys.stderr)
+        return 1
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, COLUMNS, lineterminator="\n")
+    w.writeheader()
+    w.writerows(table)
+    OUT.with_suffix(".csv").write_text(buf.getvalue())
+    OUT.with_suffix(".md").write_text(to_markdown(table))
+    print(f"wrote {OUT.relative_to(ROOT)}.csv and .md ({len(table)} rows)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
