@@ -23,13 +23,16 @@ ROOT = Path(__file__).resolve().parents[1]
 LOG = ROOT / "build" / "runtimes.csv"
 ESTIMATES = ROOT / "benchmarks" / "results" / "paper_estimates.json"
 OUT = ROOT / "benchmarks" / "results" / "stage_runtimes"
+#: overlay keys that only move files (the computation is the default's)
+PATH_KEYS = {"alpha_file"}
 COLUMNS = ["stage", "profile", "seconds", "device", "threads", "cpu", "how", "finished_utc"]
 
 
 COMMITTED = OUT.with_suffix(".csv")
 
 
-def rows(log: Path = LOG, estimates: Path = ESTIMATES, committed: Path = COMMITTED) -> list[dict]:
+def rows(log: Path = LOG, estimates: Path = ESTIMATES, committed: Path = COMMITTED,
+         params: Path = ROOT / "params.yaml") -> list[dict]:
     """Latest whole run per (stage, profile, device) from the committed table and the local log (newer
     wins), then the estimates for (stage, profile, device) that have no whole run."""
     latest: dict[tuple, dict] = {}
@@ -49,6 +52,19 @@ def rows(log: Path = LOG, estimates: Path = ESTIMATES, committed: Path = COMMITT
                 latest[key] = {"stage": e["stage"], "profile": e["profile"], "seconds": f"{e['seconds']:.0f}",
                                "device": e["device"], "threads": str(e["threads"]), "cpu": e["cpu"],
                                "how": f"estimate: {e['how']}", "finished_utc": e["finished_utc"]}
+    # a profile that does not change a stage (no overlay entry, no `defaults`) runs it as the default
+    # profile does: that stage's default whole run stands for it, said so
+    import yaml
+    profiles = yaml.safe_load(params.read_text()).get("profiles") or {}
+    for profile in {k[1] for k in latest} - {"default"}:
+        overlay = profiles.get(profile) or {}
+        if "defaults" in overlay:
+            continue
+        for (stage, prof, device), r in list(latest.items()):
+            changes = set(overlay.get(stage) or {}) - PATH_KEYS
+            if prof == "default" and not changes and (stage, profile, device) not in latest:
+                latest[(stage, profile, device)] = {**r, "profile": profile,
+                                                    "how": "same settings as the default profile (no overlay)"}
     return sorted(latest.values(), key=lambda r: (r["profile"], r["stage"], r["device"]))
 
 
@@ -71,7 +87,8 @@ def to_markdown(table: list[dict]) -> str:
         parts = []
         for p, d in devices:
             r = cell.get((stage, p, d))
-            parts.append("" if r is None else duration(r["seconds"]) + (" (est.)" if r["how"] != "whole run" else ""))
+            mark = "" if r is None or r["how"] == "whole run" else " (=)" if r["how"].startswith("same") else " (est.)"
+            parts.append("" if r is None else duration(r["seconds"]) + mark)
         lines.append(f"| {stage} | " + " | ".join(parts) + " |")
     totals = []
     for p, d in devices:
@@ -80,7 +97,8 @@ def to_markdown(table: list[dict]) -> str:
     lines.append("| **all** | " + " | ".join(totals) + " |")
     machines = sorted({f"{r['device']}: {r['cpu']}, {r['threads']} torch thread(s)" for r in table})
     notes = ["", "Measured on " + "; ".join(machines) + ". Whole runs are the latest successful run of each stage "
-             "(build/runtimes.csv); (est.) marks a paper-scale stage timed for a few rounds and multiplied out "
+             "(build/runtimes.csv); (=) marks a stage the profile does not change (its default run stands for it); "
+             "(est.) marks a stage too slow to run whole here, timed for one round and multiplied out "
              "(benchmarks/results/paper_estimates.md says how, per stage)."]
     return "\n".join(lines + notes) + "\n"
 

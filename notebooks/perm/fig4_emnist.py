@@ -34,12 +34,17 @@ report.print_table(result.table)
 print(experiment.describe_claim(result.metrics.get("claim_perm_best")))
 
 # %% [markdown]
-# The verdict at params.yaml scale (every method at its best lr of the same grid and round budget,
-# `python -m pflkit tune perm_fig4`): this run's when `dvc repro` runs it, else read from the results it
-# wrote. With `warmup_rounds` of FedAvg first, each PERM model visits every client only
-# (rounds - warmup_rounds) / N times, and alpha is estimated once from the warm-up model (two-stage
-# PERM); Fig. 5 shows how well alpha follows the label overlap. This is a CPU-scale run on a substitute
-# dataset, not the paper's setting.
+# ## Verdict
+#
+# Every method at its best lr of the same grid and round budget (`python -m pflkit tune perm_fig4`): this
+# run's numbers when `dvc repro` runs it, else read from the results it wrote. Two PERMs are judged apart:
+# Alg. 1 as written (`PERM`) and the variant whose rounds visit clients in proportion to alpha
+# (`PERM (alpha visits)`). The "why" lines come from each run's final alpha: the share of alpha that is 0
+# (under Alg. 1's shuffle those visits leave a model where it is) and the largest step eta * alpha_ij * N
+# (it caps the usable eta, so Alg. 1 underfits). The PERM investigation
+# (benchmarks/results/perm_investigation.md: steps per model, step sizes, and a sweep of lambda, warm-up,
+# update period, solver, K and lr) backs this on the same data. Fig. 5 shows how well alpha follows the
+# label overlap. This is a CPU-scale run on a substitute dataset, not the paper's setting.
 
 # %%
 # this run's results under dvc repro, else read from results/perm_fig4/ (not compared by nbval)

@@ -136,6 +136,35 @@ def test_grid_of_settings_equals_separate_local_update_runs():
             assert torch.allclose(grid[k][i], st.x[k], atol=1e-5), (i, k)
 
 
+def test_grid_in_chunks_of_settings_equals_the_whole_grid_when_draws_are_deterministic():
+    """settings_chunk only splits the calls: on the one-example-per-client data (no randomness in the
+    minibatches) chunks of 2 give the same iterates as one call (float32, atol as the test above), and
+    the evaluator sees at most 2 settings at once."""
+    data = tiny_data(num_clients=3, n=2)
+    data = FederatedDataset(data.x_train[[0, 2, 4]], data.y_train[[0, 2, 4]], torch.arange(3),
+                            torch.ones(3, dtype=torch.long), data.x_test, data.y_test, data.test_offsets,
+                            data.test_sizes, 2, "one-each")
+    model = tiny_model()
+    settings = [E.Setting(0.1, 0.5), E.Setting(0.05, 0.2, "heavy_ball", 0.9), E.Setting(0.2, 0.3, "nesterov", 0.5),
+                E.Setting(0.1, 0.5, alpha=1.0), E.Setting(0.0, 0.4)]
+    kw = dict(local_steps=4, batch_size=3, clients_per_round=None, seed=2)
+    whole = final_params(model, data, settings, 3, **kw)
+    calls = []
+
+    def grab(params):
+        calls.append({k: v.clone() for k, v in params.items()})
+        return no_eval(params)
+
+    E.run_grid(model, data, settings, rounds=3, evaluate=grab, eval_every=1, settings_chunk=2, **kw)
+    sizes = [next(iter(c.values())).shape[0] for c in calls]
+    assert sizes == [2, 2, 1] * 4  # rounds 0..3, each evaluated in chunks of 2
+    chunked = {k: torch.cat([c[k] for c in calls[-3:]]) for k in whole}
+    for k in whole:
+        assert torch.allclose(chunked[k], whole[k], atol=1e-5), k
+    with pytest.raises(ValueError, match="settings_chunk must be a positive int"):
+        E.run_grid(model, data, settings, rounds=1, evaluate=no_eval, settings_chunk=0, **kw)
+
+
 def test_grid_drops_and_reports_diverged_settings():
     data, model = tiny_data(num_clients=4), tiny_model()
     batches = {"train": E.eval_batch(data, "train", 100, 0)}

@@ -41,8 +41,8 @@ from torch.func import vmap
 from .. import seeds
 from ..algorithms.round import client_update, sample_clients
 from ..algorithms.server_opt import MOMENTUM_KINDS, momentum_step
-from ..config import (HLDA_DEFAULTS, PARTITION_OPTIONS, DatasetName, NonNegatives, Positives, Section, Seed,
-                      StageConfig, image_partition_problems, one_of, raise_problems, short_repr)
+from ..config import (HLDA_DEFAULTS, PARTITION_OPTIONS, DatasetName, NonNegatives, PositiveInt, Positives, Section,
+                      Seed, StageConfig, image_partition_problems, one_of, raise_problems, short_repr)
 from ..data.federated import FederatedDataset
 from ..engine import FunctionalModel, resolve_device
 from ..engine.params import Params, broadcast, scale_like
@@ -121,18 +121,23 @@ def make_evaluator(model: FunctionalModel, batches: dict[str, tuple], chunk: int
 def run_grid(model: FunctionalModel, data: FederatedDataset, settings: list[Setting], *, rounds: int,
              local_steps: int, batch_size: int, clients_per_round: int | None, seed: int, evaluate,
              eval_every: int = 1, diverge_factor: float = 2.0, watch: str = "train_loss",
-             show_progress: bool = False, label: str = "") -> GridRun:
+             show_progress: bool = False, label: str = "", settings_chunk: int | None = None) -> GridRun:
     """LocalUpdate(Theta_{1:K}, alpha, gamma, B, M, ServerOpt) for every setting at once.
 
     The round is LocalUpdate's, from the same parts (``algorithms.round``): M clients (one draw,
     shared by all settings), then for each distinct alpha one ``client_update`` over (settings x
     clients) stacked models returning sum_k g_k (Theta_{1:K}); q = mean over clients; each setting's
     server step is ``algorithms.server_opt.momentum_step`` with that setting's lr, momentum and
-    Nesterov flag (gd, heavy-ball and Nesterov settings step together)."""
+    Nesterov flag (gd, heavy-ball and Nesterov settings step together).
+
+    ``settings_chunk``: at most this many settings per ``client_update`` call and per evaluation call
+    (bounds memory to chunk x M models, e.g. ResNet-18 grids at paper scale); the minibatch draws then
+    come in a different order, so a chunked run is deterministic but not equal to an unchunked one.
+    None: one call per alpha (the default, and what the CPU-scale stages run)."""
     if not settings:
         raise ValueError("settings must list at least one Setting")
     for name, v in (("rounds", rounds), ("local_steps", local_steps), ("batch_size", batch_size),
-                    ("eval_every", eval_every)):
+                    ("eval_every", eval_every), ("settings_chunk", 1 if settings_chunk is None else settings_chunk)):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
     dev = data.device
@@ -150,11 +155,15 @@ def run_grid(model: FunctionalModel, data: FederatedDataset, settings: list[Sett
     theta = torch.ones(local_steps)  # Theta_{1:K}
     start = time.perf_counter()
 
+    def chunks(idx: Tensor) -> list[Tensor]:
+        return list(idx.split(settings_chunk)) if settings_chunk else [idx]
+
     def record(r):
         idx = alive.nonzero().flatten()
         if not len(idx):
             return
-        values = evaluate({k: v[idx.to(dev)] for k, v in x.items()})
+        parts = [evaluate({k: v[c.to(dev)] for k, v in x.items()}) for c in chunks(idx)]
+        values = {m: torch.cat([p[m] for p in parts]) for m in parts[0]}
         for metric, vals in values.items():
             for j, g in enumerate(idx.tolist()):
                 rows.append({"round": r, "setting": g, "metric": metric, "value": float(vals[j])})
@@ -174,8 +183,11 @@ def run_grid(model: FunctionalModel, data: FederatedDataset, settings: list[Sett
             break
         clients = sample_clients(data.num_clients, M, gen)
         q = {k: torch.zeros_like(v) for k, v in x.items()}
-        for a in sorted({settings[g].alpha for g in alive.nonzero().flatten().tolist()}):
-            idx = torch.tensor([g for g in alive.nonzero().flatten().tolist() if settings[g].alpha == a])
+        groups = [c for a in sorted({settings[g].alpha for g in alive.nonzero().flatten().tolist()})
+                  for c in chunks(torch.tensor([g for g in alive.nonzero().flatten().tolist()
+                                                if settings[g].alpha == a]))]
+        for idx in groups:
+            a = settings[int(idx[0])].alpha
             start_p = {k: v[idx.to(dev)].repeat_interleave(M, 0) for k, v in x.items()}
             acc = client_update(model, start_p, data, clients.repeat(len(idx)), theta=theta,
                                 gamma=gamma[idx.to(dev)].repeat_interleave(M), alpha=a, batch_size=batch_size,
@@ -362,6 +374,7 @@ class NNConfig(StageConfig):
     tune_window: int = Field(3, ge=1)  # evaluations averaged when tuning (paper: last 100 rounds)
     diverge_factor: float = Field(2.0, gt=1)
     seed: Seed = 0
+    settings_chunk: PositiveInt | None = None  # run_grid: at most this many settings per call (memory); None: all
 
 
 class CharlesFig12Config(NNConfig):
@@ -416,7 +429,8 @@ def _run_tasks(cfg: NNConfig, settings: list[Setting], watch: str, splits: dict[
         run = run_grid(model, data, settings, rounds=t.rounds, local_steps=cfg.local_steps,
                        batch_size=t.batch_size, clients_per_round=t.clients_per_round, seed=cfg.seed,
                        evaluate=make_evaluator(model, batches), eval_every=cfg.eval_every,
-                       diverge_factor=cfg.diverge_factor, watch=watch, label=f"{cfg.stage} {name}: ")
+                       diverge_factor=cfg.diverge_factor, watch=watch, label=f"{cfg.stage} {name}: ",
+                       settings_chunk=cfg.settings_chunk)
         hist.append(run.history.assign(task=name))
         dead.append(run.diverged.assign(task=name))
         from ..models import count_parameters

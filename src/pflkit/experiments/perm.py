@@ -215,14 +215,33 @@ def describe_final(metrics: dict, metric: str = "accuracy") -> str:
              for name, row in ranked if f"{metric}_mean" in row]
     variant = metrics.get("claim_perm_alpha_best")  # PERM (alpha visits), when it ran: its own verdict
     return (f"final personalized {metric}: " + " > ".join(parts) + "\n" + describe_claim(metrics.get("claim_perm_best"))
-            + ("\n" + describe_claim(variant, METHODS["perm_alpha"][0]) if variant else ""))
+            + ("\n" + describe_claim(variant, METHODS["perm_alpha"][0]) if variant else "")
+            + describe_alpha_effects(metrics))
+
+
+def describe_alpha_effects(metrics: dict) -> str:
+    """The "why" of the PERM verdicts, from ``perm_alpha_effects`` in metrics.json (empty when absent)."""
+    zero, step, own = (metrics.get(k, {}) for k in ("alpha_zero_fraction", "largest_step", "alpha_own_group_mass"))
+    lines = []
+    for name in (METHODS["perm"][0], METHODS["perm_alpha"][0]):
+        if name not in zero:
+            continue
+        how = ("under Alg. 1's shuffle a visit to client j moves model i by eta * alpha_ij * N: "
+               f"{zero[name]:.0%} of alpha is 0 (visits that leave the model where it is) and the largest step is "
+               f"{step[name]:.3g}" if name == METHODS["perm"][0] else
+               f"visits drawn with probability alpha_ij, every step eta = {step[name]:.3g} "
+               f"({zero[name]:.0%} of alpha is 0: clients never visited)")
+        lines.append(f"why ({name}): {how}"
+                     + (f"; alpha's mass on the client's own label group {own[name]:.2f}" if name in own else ""))
+    return "".join("\n" + line for line in lines)
 
 
 def run_curves(cfg: RunConfig, model_factory: Callable, data_for_seed: Callable[[int], FederatedDataset],
                scale: str, show_progress: bool = True, record: dict | None = None,
                checkpoint: bool = True) -> StageResult:
     """Every configured method x seed for cfg.rounds rounds; final table, metrics and run info.
-    With ``checkpoint``, runs checkpoint every 5 rounds to build/checkpoints/<stage>/ and resume from there
+    With ``checkpoint``, runs checkpoint every 5 rounds to build/checkpoints/<stage>/ (another profile's run:
+    build/<profile>/checkpoints/<stage>/, so profiles never overwrite each other's) and resume from there
     (the stage's own runs only: lr sweeps pass False so they never touch the stage's files)."""
     device = resolve_device(cfg.device)
     model = FunctionalModel(model_factory, device)
@@ -232,7 +251,7 @@ def run_curves(cfg: RunConfig, model_factory: Callable, data_for_seed: Callable[
     history = run_methods(methods, lambda s: data_for_seed(s).to(device).with_batch_order(cfg.batch_order),
                           cfg.seeds, cfg.rounds, cfg.eval_every,
                           show_progress, keep=states,
-                          checkpoint_dir=resolve("build/checkpoints") / cfg.stage if checkpoint else None,
+                          checkpoint_dir=checkpoint_dir(cfg) if checkpoint else None,
                           checkpoint_every=5, checkpoint_tag=cfg.model_dump_json())
     elapsed = time.perf_counter() - start
     table = final_table(history, ("accuracy", "accuracy_weighted", "loss"))
@@ -250,6 +269,14 @@ def run_curves(cfg: RunConfig, model_factory: Callable, data_for_seed: Callable[
                 "environment": environment(), "config": cfg.model_dump()}
     return StageResult(table, metrics, data.label, scale, run_info, frames={"history": history},
                        extra={"states": states})
+
+
+def checkpoint_dir(cfg: StageConfig):
+    """build/checkpoints/<stage> for the default profile (results/<stage>); beside a profile's results
+    (build/<profile>/<stage>) build/<profile>/checkpoints/<stage>."""
+    parts = cfg.results_dir.split("/")
+    base = "/".join(parts[:2]) + "/checkpoints" if parts[0] == "build" and len(parts) > 2 else "build/checkpoints"
+    return resolve(base) / cfg.stage
 
 
 def own_group_mass(alpha, groups):
@@ -477,13 +504,35 @@ def image_curves(cfg: ImageCurvesConfig, show_progress: bool = True, checkpoint:
              f"{len(cfg.seeds)} seeds")
     result = run_curves(cfg, factory, lambda seed: image_federation(cfg, img, seed).with_label_groups(cfg.label_groups),
                         scale, show_progress, record=dataset_record(img), checkpoint=checkpoint)
-    if cfg.label_groups > 1:  # who learns with whom: each PERM variant's alpha mass inside the client's group
-        own = {}
-        for (method, _seed), state in sorted(result.states.items()):
-            if getattr(state, "alpha", None) is not None:
-                own.setdefault(method, []).append(float(own_group_mass(state.alpha.cpu(), state.data.groups).mean()))
-        result.metrics["alpha_own_group_mass"] = {m: round(sum(v) / len(v), 4) for m, v in own.items()}
+    result.metrics.update(perm_alpha_effects(result, cfg))
     return result
+
+
+def perm_alpha_effects(result: StageResult, cfg: ImageCurvesConfig) -> dict:
+    """What each PERM variant's final alpha does to its models (mean over seeds), for the verdict's "why":
+    ``alpha_zero_fraction`` (share of alpha_ij exactly 0: under Alg. 1's shuffle those visits do not move
+    model i), ``largest_step`` (Alg. 1: eta * max_ij alpha_ij * N, the largest step any visit takes; the
+    alpha-visit variant always steps eta), and with label groups ``alpha_own_group_mass`` (alpha_i's mass on
+    clients of i's own group; 1/G is what uniform alpha gives)."""
+    keys = {METHODS[k][0]: k for k in ("perm", "perm_alpha")}
+    stats: dict[str, dict[str, list]] = {}
+    for (method, _seed), state in sorted(result.states.items()):
+        alpha = getattr(state, "alpha", None)
+        if method not in keys or alpha is None:
+            continue
+        alpha = alpha.cpu().double()
+        n, lr = alpha.shape[0], cfg.lr[keys[method]]
+        row = stats.setdefault(method, {"alpha_zero_fraction": [], "largest_step": [], "alpha_own_group_mass": []})
+        row["alpha_zero_fraction"].append(float((alpha == 0).double().mean()))
+        row["largest_step"].append(lr * float(alpha.max()) * n if keys[method] == "perm" else lr)
+        if state.data.groups is not None and cfg.label_groups > 1:
+            row["alpha_own_group_mass"].append(float(own_group_mass(alpha, state.data.groups.double()).mean()))
+    out: dict[str, dict] = {}
+    for method, row in stats.items():
+        for key, values in row.items():
+            if values:
+                out.setdefault(key, {})[method] = round(sum(values) / len(values), 4)
+    return out
 
 
 # --------------------------------------------------------------------------- fair tuning

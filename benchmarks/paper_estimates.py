@@ -1,0 +1,166 @@
+"""Paper-profile runtimes of the stages too slow to run whole on this machine: time one round (and one
+evaluation) at the stage's paper setting, multiply out to the stage's rounds, methods or settings, and
+seeds, and write benchmarks/results/paper_estimates.{json,md} (scripts/stage_runtimes.py puts them in
+README's runtime table, marked as estimates).
+
+    python benchmarks/paper_estimates.py [--stages perm_fig2,charles_fig13] [--threads 1]
+
+How each kind of stage is estimated (the .md repeats it per stage):
+* PERM curve stages (perm_fig2, perm_fig4): on seed 0's federation, after one untimed round, per method,
+  the wall time of one round (``algorithm.round`` after ``init``) and of one evaluation (personalized
+  models + ``evaluate``); estimate = seeds x sum over methods of (rounds x round + (rounds / eval_every
+  + 1) x evaluation). A PERM variant is timed on a round that also estimates alpha, takes the global
+  step and updates alpha (warm-up 0, update every round): an upper bound, the stage does those every
+  ``update_every`` rounds and its warm-up rounds are cheaper FedAvg rounds.
+* Charles et al. grids (charles_fig12, charles_fig13, charles_fig6): per task, one ``run_grid`` round of
+  ONE setting (M clients x K steps; evaluations at rounds 0 and 1 included); estimate = rounds x settings x
+  that time (compute grows linearly with the settings; batching them saves some of it, so an upper bound).
+  A task timed once is reused by the stages that share it (same task, K and evaluation size).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+OUT = ROOT / "benchmarks" / "results" / "paper_estimates"
+CURVES = ("perm_fig2", "perm_fig4")
+GRIDS = ("charles_fig12", "charles_fig13", "charles_fig6")
+
+
+def cpu_name() -> str:
+    try:
+        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name")) + f" x{os.cpu_count()}"
+    except (OSError, StopIteration):
+        return platform.machine()
+
+
+def timed(fn):
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def estimate_curves(cfg, device) -> dict:
+    from pflkit.engine import FunctionalModel
+    from pflkit.eval import evaluate
+    from pflkit.experiments import perm as E
+    from pflkit.experiments.images import image_federation, load_images
+    img = load_images(cfg.dataset)
+    factory = cfg.model.factory(img.shape, img.num_classes)
+    seed = cfg.seeds[0]
+    data = image_federation(cfg, img, seed).with_label_groups(cfg.label_groups).to(device)
+    data = data.with_batch_order(cfg.batch_order)
+    model = FunctionalModel(factory, device)
+    timing_cfg = cfg.model_copy(update={k: getattr(cfg, k).model_copy(update={"warmup_rounds": 0, "update_every": 1})
+                                        for k in ("perm", "perm_alpha")})
+    per_method, total = {}, 0.0
+    evals = cfg.rounds // cfg.eval_every + 1
+    warm = E.METHODS[cfg.methods[0]][1](model, timing_cfg)  # one untimed round: one-time costs (allocator, vmap)
+    warm.round(warm.init(data, seed))
+    for key in cfg.methods:
+        algo = E.METHODS[key][1](model, timing_cfg)
+        state = algo.init(data, seed)
+        state, round_s = timed(lambda: algo.round(state))  # noqa: B023 (called at once)
+        _, eval_s = timed(lambda: evaluate(model, algo.personalized(state), data))  # noqa: B023
+        seconds = cfg.rounds * round_s + evals * eval_s
+        per_method[E.METHODS[key][0]] = {"round_s": round(round_s, 3), "eval_s": round(eval_s, 3),
+                                         "seconds_per_seed": round(seconds, 1)}
+        total += seconds
+        print(f"  {key}: round {round_s:.2f} s, evaluation {eval_s:.2f} s", flush=True)
+    return {"seconds": total * len(cfg.seeds), "detail": per_method,
+            "how": (f"one round and one evaluation per method timed on seed {seed}'s federation, x {cfg.rounds} "
+                    f"rounds, {evals} evaluations, {len(cfg.seeds)} seeds, {len(cfg.methods)} methods "
+                    "(PERM rounds timed with an alpha update: an upper bound)")}
+
+
+def grid_settings(stage: str, cfg) -> int:
+    if stage == "charles_fig12":
+        return len(cfg.gammas)
+    if stage == "charles_fig13":
+        return len(cfg.gammas) * len(cfg.etas)
+    runs = {(s, 0.0) for s in cfg.servers} | {("gd", a) for a in cfg.alphas}  # fig6: reused runs counted once
+    return len(runs) * len(cfg.gammas) * len(cfg.etas)
+
+
+def estimate_grid(stage: str, cfg, device, cache: dict) -> dict:
+    from pflkit.engine import FunctionalModel
+    from pflkit.experiments import charles_nn as C
+    n = grid_settings(stage, cfg)
+    total, detail = 0.0, {}
+    for name, t in cfg.tasks.items():
+        key = (t.model_dump_json(), cfg.local_steps, t.eval_samples or cfg.eval_samples, cfg.seed)
+        if key not in cache:
+            task = C.build_task(t, cfg.seed)
+            data = task.data.to(device)
+            model = FunctionalModel(task.factory, device)
+            split = "test" if stage == "charles_fig6" else "train"
+            batches = {split: C.eval_batch(data, split, t.eval_samples or cfg.eval_samples, cfg.seed)}
+            setting = [C.Setting(gamma=cfg.gammas[0] or 0.01, eta=getattr(cfg, "eta", None) or cfg.etas[0])]
+            _, seconds = timed(lambda: C.run_grid(  # noqa: B023
+                model, data, setting, rounds=1, local_steps=cfg.local_steps, batch_size=t.batch_size,  # noqa: B023
+                clients_per_round=t.clients_per_round, seed=cfg.seed, evaluate=C.make_evaluator(model, batches)))  # noqa: B023
+            cache[key] = seconds
+            print(f"  {name}: one setting, one round {seconds:.1f} s", flush=True)
+        seconds = cache[key] * n * t.rounds
+        detail[name] = {"one_setting_round_s": round(cache[key], 2), "settings": n, "rounds": t.rounds,
+                        "seconds": round(seconds, 1)}
+        total += seconds
+    return {"seconds": total, "detail": detail,
+            "how": f"one round of one setting timed per task, x {n} settings x each task's rounds (upper bound)"}
+
+
+def main(argv=None) -> int:
+    from pflkit.config import load_params, validate_stage
+    from pflkit.engine import resolve_device
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--stages", default=",".join(CURVES + GRIDS))
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--profile", default="paper")
+    a = p.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    params = load_params(ROOT / "params.yaml")
+    stages = a.stages.split(",")
+    unknown = [s for s in stages if s not in CURVES + GRIDS]
+    if unknown:
+        raise SystemExit(f"--stages: cannot estimate {unknown}; allowed: {', '.join(CURVES + GRIDS)}")
+    configs = {s: validate_stage(params, s, a.profile) for s in stages}  # bad input before any work
+    previous = json.loads(OUT.with_suffix(".json").read_text())["stages"] if OUT.with_suffix(".json").is_file() else []
+    done, cache = {(e["stage"], e["profile"], e["device"]): e for e in previous}, {}
+    for stage, cfg in configs.items():
+        device = resolve_device(cfg.device)
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+        print(f"{stage} ({a.profile}, {name}):", flush=True)
+        est = estimate_curves(cfg, device) if stage in CURVES else estimate_grid(stage, cfg, device, cache)
+        done[(stage, a.profile, name)] = {
+            "stage": stage, "profile": a.profile, "device": name, "threads": a.threads, "cpu": cpu_name(),
+            "seconds": round(est["seconds"], 1), "how": est["how"], "detail": est["detail"],
+            "finished_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+        print(f"  estimate {est['seconds'] / 3600:.2f} h", flush=True)
+    rows = sorted(done.values(), key=lambda e: (e["profile"], e["stage"], e["device"]))
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.with_suffix(".json").write_text(json.dumps({"stages": rows}, indent=1) + "\n")
+    lines = ["| stage | profile | device | estimate | how |", "|---|---|---|---|---|"]
+    for e in rows:
+        h = e["seconds"] / 3600
+        lines.append(f"| {e['stage']} | {e['profile']} | {e['device']} | "
+                     f"{h:.1f} h ({e['seconds']:,.0f} s) | {e['how']} |")
+    lines += ["", "Per method or task: " + "; ".join(
+        f"{e['stage']}: " + ", ".join(f"{k} {json.dumps(v)}" for k, v in e["detail"].items()) for e in rows)]
+    OUT.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {OUT.relative_to(ROOT)}.json and .md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
