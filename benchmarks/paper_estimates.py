@@ -62,26 +62,49 @@ def estimate_curves(cfg, device) -> dict:
     data = image_federation(cfg, img, seed).with_label_groups(cfg.label_groups).to(device)
     data = data.with_batch_order(cfg.batch_order)
     model = FunctionalModel(factory, device)
-    timing_cfg = cfg.model_copy(update={k: getattr(cfg, k).model_copy(update={"warmup_rounds": 0, "update_every": 1})
+    # PERM variants: a plain round (no global step / alpha update in it), and the alpha computation and the
+    # global step timed once (the same passes over every client's rows for both variants)
+    timing_cfg = cfg.model_copy(update={k: getattr(cfg, k).model_copy(update={"warmup_rounds": 0,
+                                                                          "update_every": 10 ** 9})
                                         for k in ("perm", "perm_alpha")})
-    per_method, total = {}, 0.0
+    per_method, total, shared = {}, 0.0, {}
     evals = cfg.rounds // cfg.eval_every + 1
     warm = E.METHODS[cfg.methods[0]][1](model, timing_cfg)  # one untimed round: one-time costs (allocator, vmap)
     warm.round(warm.init(data, seed))
+    fedavg_round = None
     for key in cfg.methods:
         algo = E.METHODS[key][1](model, timing_cfg)
-        state = algo.init(data, seed)
+        if key in ("perm", "perm_alpha") and "alpha_s" not in shared:
+            state, shared["alpha_s"] = timed(lambda: algo.init(data, seed))  # noqa: B023 (init computes alpha)
+            _, shared["global_s"] = timed(lambda: algo._global_step(state, None))  # noqa: B023
+        else:
+            state = algo.init(data, seed)
         state, round_s = timed(lambda: algo.round(state))  # noqa: B023 (called at once)
         _, eval_s = timed(lambda: evaluate(model, algo.personalized(state), data))  # noqa: B023
+        if key == "localized_fedavg":
+            fedavg_round = round_s
         seconds = cfg.rounds * round_s + evals * eval_s
-        per_method[E.METHODS[key][0]] = {"round_s": round(round_s, 3), "eval_s": round(eval_s, 3),
-                                         "seconds_per_seed": round(seconds, 1)}
+        row = {"round_s": round(round_s, 3), "eval_s": round(eval_s, 3)}
+        if key in ("perm", "perm_alpha"):
+            p = getattr(cfg, key)
+            warmup = p.warmup_rounds
+            period = cfg.num_clients if p.update_every == "epoch" else p.update_every
+            updates = (cfg.rounds - warmup) // period
+            warm_round = fedavg_round if fedavg_round is not None else round_s
+            seconds = (warmup * warm_round + (cfg.rounds - warmup) * round_s + (1 + updates) * shared["alpha_s"]
+                       + updates * shared["global_s"] + evals * eval_s)
+            row.update(alpha_s=round(shared["alpha_s"], 2), global_step_s=round(shared["global_s"], 2),
+                       alpha_updates=updates, warmup_rounds=warmup)
+        row["seconds_per_seed"] = round(seconds, 1)
+        per_method[E.METHODS[key][0]] = row
         total += seconds
-        print(f"  {key}: round {round_s:.2f} s, evaluation {eval_s:.2f} s", flush=True)
+        extra = f", alpha {row['alpha_s']:.1f} s, global step {row['global_step_s']:.1f} s" if "alpha_s" in row else ""
+        print(f"  {key}: round {round_s:.2f} s, evaluation {eval_s:.2f} s{extra}", flush=True)
     return {"seconds": total * len(cfg.seeds), "detail": per_method,
             "how": (f"one round and one evaluation per method timed on seed {seed}'s federation, x {cfg.rounds} "
-                    f"rounds, {evals} evaluations, {len(cfg.seeds)} seeds, {len(cfg.methods)} methods "
-                    "(PERM rounds timed with an alpha update: an upper bound)")}
+                    f"rounds, {evals} evaluations, {len(cfg.seeds)} seeds, {len(cfg.methods)} methods; PERM: "
+                    "warm-up rounds at localized FedAvg's round time, plus the timed alpha computation and global "
+                    "step at each update")}
 
 
 def grid_settings(stage: str, cfg) -> int:
@@ -127,6 +150,7 @@ def main(argv=None) -> int:
     p.add_argument("--stages", default=",".join(CURVES + GRIDS))
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--profile", default="paper")
+    p.add_argument("--note", default="", help="how the machine was loaded, written under the table")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     params = load_params(ROOT / "params.yaml")
@@ -155,6 +179,8 @@ def main(argv=None) -> int:
         h = e["seconds"] / 3600
         lines.append(f"| {e['stage']} | {e['profile']} | {e['device']} | "
                      f"{h:.1f} h ({e['seconds']:,.0f} s) | {e['how']} |")
+    if a.note:
+        lines += ["", a.note]
     lines += ["", "Per method or task: " + "; ".join(
         f"{e['stage']}: " + ", ".join(f"{k} {json.dumps(v)}" for k, v in e["detail"].items()) for e in rows)]
     OUT.with_suffix(".md").write_text("\n".join(lines) + "\n")
