@@ -51,7 +51,7 @@ def timed(fn):
     return out, time.perf_counter() - start
 
 
-def estimate_curves(cfg, device) -> dict:
+def estimate_curves(cfg, device, skip: tuple[str, ...] = ()) -> dict:
     from pflkit.engine import FunctionalModel
     from pflkit.eval import evaluate
     from pflkit.experiments import perm as E
@@ -73,6 +73,9 @@ def estimate_curves(cfg, device) -> dict:
     warm.round(warm.init(data, seed))
     fedavg_round = None
     for key in cfg.methods:
+        if key in skip:
+            per_method[E.METHODS[key][0]] = {"skipped": "not timed here (see the note)"}
+            continue
         algo = E.METHODS[key][1](model, timing_cfg)
         if key in ("perm", "perm_alpha") and "alpha_s" not in shared:
             state, shared["alpha_s"] = timed(lambda: algo.init(data, seed))  # noqa: B023 (init computes alpha)
@@ -100,9 +103,11 @@ def estimate_curves(cfg, device) -> dict:
         total += seconds
         extra = f", alpha {row['alpha_s']:.1f} s, global step {row['global_step_s']:.1f} s" if "alpha_s" in row else ""
         print(f"  {key}: round {round_s:.2f} s, evaluation {eval_s:.2f} s{extra}", flush=True)
-    return {"seconds": total * len(cfg.seeds), "detail": per_method,
+    timed_methods = [k for k in cfg.methods if k not in skip]
+    return {"seconds": total * len(cfg.seeds), "detail": per_method, "skipped": list(skip),
             "how": (f"one round and one evaluation per method timed on seed {seed}'s federation, x {cfg.rounds} "
-                    f"rounds, {evals} evaluations, {len(cfg.seeds)} seeds, {len(cfg.methods)} methods; PERM: "
+                    f"rounds, {evals} evaluations, {len(cfg.seeds)} seeds, {len(timed_methods)} methods"
+                    + (f" (NOT {', '.join(skip)}: see the note)" if skip else "") + "; PERM: "
                     "warm-up rounds at localized FedAvg's round time, plus the timed alpha computation and global "
                     "step at each update")}
 
@@ -151,7 +156,11 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--profile", default="paper")
     p.add_argument("--note", default="", help="how the machine was loaded, written under the table")
+    p.add_argument("--out", default=str(OUT), help="output path without suffix (default: %(default)s)")
+    p.add_argument("--skip", default="", help="stage:method pairs not to time (e.g. one that does not fit in memory "
+                   "here), comma-separated; the table says so")
     a = p.parse_args(argv)
+    out = Path(a.out)
     torch.set_num_threads(a.threads)
     params = load_params(ROOT / "params.yaml")
     stages = a.stages.split(",")
@@ -159,32 +168,35 @@ def main(argv=None) -> int:
     if unknown:
         raise SystemExit(f"--stages: cannot estimate {unknown}; allowed: {', '.join(CURVES + GRIDS)}")
     configs = {s: validate_stage(params, s, a.profile) for s in stages}  # bad input before any work
-    previous = json.loads(OUT.with_suffix(".json").read_text())["stages"] if OUT.with_suffix(".json").is_file() else []
+    previous = json.loads(out.with_suffix(".json").read_text())["stages"] if out.with_suffix(".json").is_file() else []
     done, cache = {(e["stage"], e["profile"], e["device"]): e for e in previous}, {}
     for stage, cfg in configs.items():
         device = resolve_device(cfg.device)
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
         print(f"{stage} ({a.profile}, {name}):", flush=True)
-        est = estimate_curves(cfg, device) if stage in CURVES else estimate_grid(stage, cfg, device, cache)
+        skip = tuple(pair.split(":", 1)[1] for pair in a.skip.split(",") if pair.startswith(f"{stage}:"))
+        est = estimate_curves(cfg, device, skip) if stage in CURVES else estimate_grid(stage, cfg, device, cache)
         done[(stage, a.profile, name)] = {
             "stage": stage, "profile": a.profile, "device": name, "threads": a.threads, "cpu": cpu_name(),
             "seconds": round(est["seconds"], 1), "how": est["how"], "detail": est["detail"],
+            "complete": not est.get("skipped"),
             "finished_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
         print(f"  estimate {est['seconds'] / 3600:.2f} h", flush=True)
     rows = sorted(done.values(), key=lambda e: (e["profile"], e["stage"], e["device"]))
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.with_suffix(".json").write_text(json.dumps({"stages": rows}, indent=1) + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps({"stages": rows}, indent=1) + "\n")
     lines = ["| stage | profile | device | estimate | how |", "|---|---|---|---|---|"]
     for e in rows:
         h = e["seconds"] / 3600
+        bound = "" if e.get("complete", True) else "more than "
         lines.append(f"| {e['stage']} | {e['profile']} | {e['device']} | "
-                     f"{h:.1f} h ({e['seconds']:,.0f} s) | {e['how']} |")
+                     f"{bound}{h:.1f} h ({e['seconds']:,.0f} s) | {e['how']} |")
     if a.note:
         lines += ["", a.note]
     lines += ["", "Per method or task: " + "; ".join(
         f"{e['stage']}: " + ", ".join(f"{k} {json.dumps(v)}" for k, v in e["detail"].items()) for e in rows)]
-    OUT.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print(f"wrote {OUT.relative_to(ROOT)}.json and .md")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {out}.json and .md")
     return 0
 
 

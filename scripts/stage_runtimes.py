@@ -51,7 +51,8 @@ def rows(log: Path = LOG, estimates: Path = ESTIMATES, committed: Path = COMMITT
             if key not in latest:
                 latest[key] = {"stage": e["stage"], "profile": e["profile"], "seconds": f"{e['seconds']:.0f}",
                                "device": e["device"], "threads": str(e["threads"]), "cpu": e["cpu"],
-                               "how": f"estimate: {e['how']}", "finished_utc": e["finished_utc"]}
+                               "how": f"{'' if e.get('complete', True) else 'lower-bound '}estimate: {e['how']}",
+                               "finished_utc": e["finished_utc"]}
     # a profile that does not change a stage (no overlay entry, no `defaults`) runs it as the default
     # profile does: that stage's default whole run stands for it, said so
     import yaml
@@ -87,13 +88,16 @@ def to_markdown(table: list[dict]) -> str:
         parts = []
         for p, d in devices:
             r = cell.get((stage, p, d))
-            mark = "" if r is None or r["how"] == "whole run" else " (=)" if r["how"].startswith("same") else " (est.)"
-            parts.append("" if r is None else duration(r["seconds"]) + mark)
+            how = "" if r is None else r["how"]
+            mark = ("" if how in ("", "whole run") else " (=)" if how.startswith("same")
+                    else " (est., lower bound)" if how.startswith("lower") else " (est.)")
+            parts.append("" if r is None else ("> " if how.startswith("lower") else "") + duration(r["seconds"]) + mark)
         lines.append(f"| {stage} | " + " | ".join(parts) + " |")
     totals = []
     for p, d in devices:
         got = [float(cell[(s, p, d)]["seconds"]) for s in order if (s, p, d) in cell]
-        totals.append(f"**{duration(str(sum(got)))}** ({len(got)} stages)")
+        lower = any(cell[(s, p, d)]["how"].startswith("lower") for s in order if (s, p, d) in cell)
+        totals.append(f"**{'> ' if lower else ''}{duration(str(sum(got)))}** ({len(got)} stages)")
     lines.append("| **all** | " + " | ".join(totals) + " |")
     machines = sorted({f"{r['device']}: {r['cpu']}, {r['threads']} torch thread(s)" for r in table})
     notes = ["", "Measured on " + "; ".join(machines) + ". Whole runs are the latest successful run of each stage "

@@ -56,3 +56,24 @@ def test_uneven_benchmark_writes_its_table(tmp_path):
     saved = json.loads((tmp_path / "uneven.json").read_text())
     assert saved["workload"] == w
     assert "| evaluation (test split), ms |" in (tmp_path / "uneven.md").read_text()
+
+
+def test_paper_estimates_multiply_a_timed_round_out_and_say_what_they_skipped(tmp_path):
+    """On the smoke profile (seconds): every method of a curve stage and every task of a grid stage gets a
+    timed round; the estimate is that time multiplied out as the docstring says (checked from the detail);
+    a skipped method makes the row a lower bound."""
+    bench = _load("paper_estimates")
+    out = tmp_path / "est"
+    bench.main(["--profile", "smoke", "--stages", "perm_fig4,charles_fig12", "--out", str(out),
+                "--skip", "perm_fig4:perfedavg_fo", "--note", "a note"])
+    rows = {e["stage"]: e for e in json.loads(out.with_suffix(".json").read_text())["stages"]}
+    curves, grid = rows["perm_fig4"], rows["charles_fig12"]
+    assert curves["complete"] is False
+    assert curves["detail"]["Per-FedAvg (FO)"] == {"skipped": "not timed here (see the note)"}
+    assert set(curves["detail"]) == {"Local", "Localized FedAvg", "PERM", "Per-FedAvg (FO)"}
+    assert abs(curves["seconds"] - sum(d.get("seconds_per_seed", 0) for d in curves["detail"].values())) < 0.5
+    assert grid["complete"] is True and set(grid["detail"]) == {"femnist", "cifar100"}
+    for task in grid["detail"].values():  # one setting's round x settings x rounds
+        assert abs(task["seconds"] - task["one_setting_round_s"] * task["settings"] * task["rounds"]) < 0.2
+    md = out.with_suffix(".md").read_text()
+    assert "| perm_fig4 | smoke | cpu | more than " in md and "NOT perfedavg_fo" in md and "a note" in md

@@ -36,3 +36,16 @@ def test_latest_whole_runs_estimates_and_unchanged_stages(tmp_path):
     assert "| perm_fig1 | 38 s | 38 s (=) |" in md
     assert "| perm_fig2 | 15.0 min | 10.0 h (est.) |" in md
     assert "| **all** | **15.8 min** (3 stages) | **10.0 h** (3 stages) |" in md
+
+
+def test_an_incomplete_estimate_is_a_lower_bound(tmp_path):
+    estimates = tmp_path / "est.json"
+    estimates.write_text(json.dumps({"stages": [{"stage": "perm_fig2", "profile": "paper", "device": "cpu",
+                                                 "threads": 1, "cpu": "X x2", "seconds": 7200.0, "how": "one round",
+                                                 "complete": False, "finished_utc": "2026-01-03T00:00:00Z"}]}))
+    params = tmp_path / "params.yaml"
+    params.write_text("profiles:\n  paper:\n    perm_fig2: {rounds: 300}\n")
+    table = stage_runtimes.rows(tmp_path / "none.csv", estimates, tmp_path / "none.csv", params)
+    assert [r["how"] for r in table] == ["lower-bound estimate: one round"]
+    md = stage_runtimes.to_markdown(table)
+    assert "| perm_fig2 | > 2.0 h (est., lower bound) |" in md and "| **all** | **> 2.0 h** (1 stages) |" in md
