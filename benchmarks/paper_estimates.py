@@ -137,7 +137,8 @@ def estimate_grid(stage: str, cfg, device, cache: dict) -> dict:
             setting = [C.Setting(gamma=cfg.gammas[0] or 0.01, eta=getattr(cfg, "eta", None) or cfg.etas[0])]
             _, seconds = timed(lambda: C.run_grid(  # noqa: B023
                 model, data, setting, rounds=1, local_steps=cfg.local_steps, batch_size=t.batch_size,  # noqa: B023
-                clients_per_round=t.clients_per_round, seed=cfg.seed, evaluate=C.make_evaluator(model, batches)))  # noqa: B023
+                clients_per_round=t.clients_per_round, seed=cfg.seed, evaluate=C.make_evaluator(model, batches),  # noqa: B023
+                watch=f"{split}_loss"))  # noqa: B023
             cache[key] = seconds
             print(f"  {name}: one setting, one round {seconds:.1f} s", flush=True)
         seconds = cache[key] * n * t.rounds
@@ -179,9 +180,14 @@ def main(argv=None) -> int:
         done[(stage, a.profile, name)] = {
             "stage": stage, "profile": a.profile, "device": name, "threads": a.threads, "cpu": cpu_name(),
             "seconds": round(est["seconds"], 1), "how": est["how"], "detail": est["detail"],
-            "complete": not est.get("skipped"),
+            "complete": not est.get("skipped"), "note": a.note,
             "finished_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
         print(f"  estimate {est['seconds'] / 3600:.2f} h", flush=True)
+        write(out, done)  # after every stage: a stage that fails later keeps the ones done
+    return 0
+
+
+def write(out: Path, done: dict) -> None:
     rows = sorted(done.values(), key=lambda e: (e["profile"], e["stage"], e["device"]))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps({"stages": rows}, indent=1) + "\n")
@@ -191,13 +197,12 @@ def main(argv=None) -> int:
         bound = "" if e.get("complete", True) else "more than "
         lines.append(f"| {e['stage']} | {e['profile']} | {e['device']} | "
                      f"{bound}{h:.1f} h ({e['seconds']:,.0f} s) | {e['how']} |")
-    if a.note:
-        lines += ["", a.note]
+    for note in dict.fromkeys(e["note"] for e in rows if e.get("note")):
+        lines += ["", note]
     lines += ["", "Per method or task: " + "; ".join(
         f"{e['stage']}: " + ", ".join(f"{k} {json.dumps(v)}" for k, v in e["detail"].items()) for e in rows)]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print(f"wrote {out}.json and .md")
-    return 0
 
 
 if __name__ == "__main__":
