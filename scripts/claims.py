@@ -232,9 +232,12 @@ def to_html(rows: list[dict], profiles: list[str], stages: dict) -> str:
             if first["paper"] != paper:
                 continue
             stage = stages[first["stage"]]
-            figure = (stage.figures or (stage.stem,))[0] if stage.figures != () else None
+            plot = next((s for s in stages.values() if s.source == stage.name), None)
+            figure = plot.figure_names[0] if plot is not None else None
             notebook = f"{stage.paper}/{stage.stem}.ipynb"
             cell = f"<b>{esc(first['figure'])}</b><br><a href=\"{esc(notebook)}\">notebook</a>"
+            if plot is not None:
+                cell += f" · <a href=\"{esc(plot.paper)}/{esc(plot.stem)}.ipynb\">figure notebook</a>"
             if figure:
                 src = f"../figures/{stage.paper}/{figure}.png"
                 cell += f"<br><a href=\"{esc(src)}\"><img src=\"{esc(src)}\" alt=\"{esc(figure)}\" width=\"220\"></a>"
@@ -312,7 +315,7 @@ def main(argv=None, root: Path = ROOT) -> list[dict]:
     write(root / "results" / "claims.csv", to_csv(rows))
     write(root / "results" / "claims.md", to_markdown(rows))
     write(root / "reports" / "index.html", to_html(rows, profiles, stages))
-    for stage in stages:
+    for stage in (name for name, s in stages.items() if not s.is_plot):
         write(root / "results" / "claims" / f"{stage}.json", json.dumps(headline(rows, stage), indent=1) + "\n")
     default = [r for r in rows if r["profile"] == "default"]
     print(f"{len(claims)} claims, profiles {profiles}; default profile: "

@@ -14,6 +14,10 @@
 # Learning rates are per method (`lr`), each the best of the same grid at the same round budget
 # (`python -m pflkit tune perm_fig1`); see params.yaml. PERM's rounds are shuffle steps: one round =
 # every client hosts one model for K local steps, as in a FedAvg round.
+#
+# This notebook trains and writes the results (`results/perm_fig1/`) and the trained models
+# (`models/perm_fig1/`); the figure is drawn from those files by `fig1_synthetic_plot`, so a figure change
+# never retrains.
 
 # %% tags=["parameters"]
 stage = "perm_fig1"
@@ -23,11 +27,9 @@ results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<s
 figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
-from pathlib import Path
-
-from pflkit import plotting, report
+from pflkit import report
 from pflkit.experiments import perm as experiment
-from pflkit.paths import resolve
+from pflkit.runner import curves
 
 cfg = experiment.PermFig1Config.from_namespace(globals())
 result = experiment.fig1(cfg)
@@ -64,13 +66,6 @@ alpha_table = pd.json_normalize([{"seed": s, **v} for s, v in result.metrics.get
 print(alpha_table.round(3).to_string(index=False))
 
 # %%
-fig = plotting.accuracy_loss_figure(result.history, "PERM Fig. 1: personalized accuracy and loss",
-                                   result.data_label, result.scale)
-figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig1_synthetic")
-
-# %%
-from pflkit.runner import curves
-
-report.write_stage(cfg.results_dir, result.metrics, history=result.history, run_info=result.run_info,
-                   curves_accuracy=curves(result.history, "accuracy"))
-print("wrote", [str(Path(p).name) for p in figure_files], "and", cfg.results_dir)
+report.write_result(cfg.results_dir, result, curves_accuracy=curves(result.history, "accuracy"))
+models = experiment.save_models(cfg, result)
+print("wrote", cfg.results_dir, "and", len(models), "trained models")

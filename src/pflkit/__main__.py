@@ -1,4 +1,4 @@
-"""Command line: ``python -m pflkit {stage,validate,tune,notebooks} ...``."""
+"""Command line: ``python -m pflkit {data,stage,reproduce,validate,tune,notebooks} ...``."""
 from __future__ import annotations
 
 import argparse
@@ -8,6 +8,11 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pflkit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("data", help="prepare one dataset under data/prepared/ (what dvc.yaml's data stages call)")
+    p.add_argument("key", help="a data stage key: fashion_mnist, mnist, cifar10, emnist, femnist, cifar100, "
+                               "shakespeare, perm_synthetic")
+    p.add_argument("--params", default="params.yaml")
 
     p = sub.add_parser("stage", help="run one notebook stage at params.yaml scale (what dvc.yaml calls)")
     p.add_argument("stage")
@@ -46,7 +51,16 @@ def main(argv: list[str] | None = None) -> int:
     from .config import ConfigError
 
     try:
-        if args.command == "stage":
+        if args.command == "data":
+            from .config import load_params
+            from .data.prepared import describe, prepare
+            try:
+                for folder in prepare(args.key, load_params(args.params)):
+                    print(describe(folder))
+            except ValueError as exc:
+                print(f"data {args.key}: {exc}", file=sys.stderr)
+                return 1
+        elif args.command == "stage":
             from .notebooks import StageError, run_stage
             try:
                 report = run_stage(args.stage, args.notebook, args.params, args.profile)

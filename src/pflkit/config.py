@@ -301,6 +301,16 @@ def stage_config(stage: str) -> type[StageConfig]:
     return entry.config_class()
 
 
+def section_of(stage: str) -> str:
+    """The params.yaml section a stage reads: its own name, or ``figures`` for a plot stage."""
+    entry = _stages.get(stage)
+    return entry.section if entry is not None else stage
+
+
+#: sections of params.yaml that are not one stage's: every plot stage's figure settings, the data stages'
+SHARED_SECTIONS = (_stages.FIGURES_SECTION, _stages.DATA_SECTION)
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """yaml.SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last silently)
     and reads exponent floats without a sign or dot (``1.0e6``, ``1e6``) as floats, as YAML 1.2 and
@@ -416,11 +426,12 @@ def profile_overlay(params: Mapping[str, Any], stage: str, profile: str) -> dict
     if profile not in profiles:
         raise ConfigError(f"profile: unknown profile {profile!r}; params.yaml defines {profile_names(params)}")
     entry = _mapping(profiles[profile], f"{PROFILES_KEY}.{profile}")
+    section = section_of(stage)
     overlay = {**_mapping(entry.get("defaults"), f"{PROFILES_KEY}.{profile}.defaults"),
-               **_mapping(entry.get(stage), f"{PROFILES_KEY}.{profile}.{stage}")}
+               **_mapping(entry.get(section), f"{PROFILES_KEY}.{profile}.{section}")}
     runner = [k for k in RUNNER_KEYS if k in overlay]
     if runner:
-        raise ConfigError("\n".join(f"{PROFILES_KEY}.{profile}.{stage}.{k}: set by the stage runner, not by "
+        raise ConfigError("\n".join(f"{PROFILES_KEY}.{profile}.{section}.{k}: set by the stage runner, not by "
                                      f"params.yaml; remove it" for k in runner))
     return overlay
 
@@ -428,30 +439,33 @@ def profile_overlay(params: Mapping[str, Any], stage: str, profile: str) -> dict
 def output_dirs(stage: str, profile: str = DEFAULT_PROFILE) -> tuple[str, str]:
     """(results_dir, figures_dir) of a run: the DVC outputs results/<stage> and figures/<paper> for the
     default profile, build/<profile>/<stage> and build/<profile>/figures/<paper> for the others (so a
-    smoke or interactive run never overwrites what ``dvc repro`` produced)."""
+    smoke or interactive run never overwrites what ``dvc repro`` produced). A plot stage's results
+    folder is its source stage's (which it reads)."""
     entry = _stages.get(stage)
     paper = entry.paper if entry is not None else stage.split("_", 1)[0]
+    results = entry.source or stage if entry is not None else stage
     if profile == DEFAULT_PROFILE:
-        return f"results/{stage}", f"figures/{paper}"
-    return f"build/{profile}/{stage}", f"build/{profile}/figures/{paper}"
+        return f"results/{results}", f"figures/{paper}"
+    return f"build/{profile}/{results}", f"build/{profile}/figures/{paper}"
 
 
 def stage_values(params: Mapping[str, Any], stage: str, profile: str = DEFAULT_PROFILE) -> dict:
-    """``defaults`` overlaid by the stage's own section and by the profile's overlay
-    (``profile_overlay``), plus the runner-provided stage name and output paths (``output_dirs``)."""
-    if stage not in params:
-        raise ConfigError(f"{stage}: params.yaml has no section {stage!r}; sections: "
+    """``defaults`` overlaid by the stage's own section (``figures`` for a plot stage) and by the profile's
+    overlay (``profile_overlay``), plus the runner-provided stage name and output paths (``output_dirs``)."""
+    name = section_of(stage)
+    if name not in params:
+        raise ConfigError(f"{stage}: params.yaml has no section {name!r}; sections: "
                           f"{sorted(map(str, params))}")
-    section = params[stage]
+    section = params[name]
     if not isinstance(section, dict):
         what = "nothing (an empty section)" if section is None else short_repr(section)
-        raise ConfigError(f"{stage}: the section must be a mapping of keys to values, got {what}")
+        raise ConfigError(f"{name}: the section must be a mapping of keys to values, got {what}")
     defaults = params.get("defaults") or {}
     if not isinstance(defaults, dict):
         raise ConfigError(f"defaults: the section must be a mapping of keys to values, got {short_repr(defaults)}")
     runner = [k for k in RUNNER_KEYS if k in section or k in defaults]
     if runner:
-        raise ConfigError("\n".join(f"{stage}.{k}: set by the stage runner, not by params.yaml "
+        raise ConfigError("\n".join(f"{name}.{k}: set by the stage runner, not by params.yaml "
                                      f"(value {short_repr(section.get(k, defaults.get(k)))}); remove it"
                                      for k in runner))
     values = {**defaults, **section, **profile_overlay(params, stage, profile)}
@@ -480,16 +494,29 @@ def _profile_problems(params: Mapping[str, Any]) -> list[str]:
                             f"{short_repr(entry)}")
             continue
         for key in entry:
-            if key != "defaults" and key not in params:
+            if key == _stages.DATA_SECTION:
+                problems.append(f"{PROFILES_KEY}.{profile}.{key}: the data stages run under DVC only (the default "
+                                "profile); a profile cannot change them")
+            elif key != "defaults" and key not in params:
                 problems.append(f"{PROFILES_KEY}.{profile}.{key}: not a stage section of params.yaml")
-        for stage in params:
-            if stage in ("defaults", PROFILES_KEY) or stage not in _stages.BY_NAME:
-                continue
+        for stage in _validated_stages(params):
             try:
                 validate_stage(params, stage, profile)
             except ConfigError as exc:
                 problems.extend(f"{PROFILES_KEY}.{profile}: {line}" for line in str(exc).splitlines())
     return problems
+
+
+def _section_names() -> list[str]:
+    return [s.name for s in _stages.compute_stages()] + list(SHARED_SECTIONS)
+
+
+def _validated_stages(params: Mapping[str, Any]) -> list[str]:
+    """The stages whose values params.yaml gives: every compute stage with a section, and one plot stage
+    (they all read the same ``figures`` section) when that section is there."""
+    names = [s.name for s in _stages.compute_stages() if s.name in params]
+    plot = next((s.name for s in _stages.STAGES if s.is_plot), None)
+    return names + ([plot] if plot and _stages.FIGURES_SECTION in params else [])
 
 
 def validate_all(params: Mapping[str, Any], dvc_stages: Mapping[str, dict] | None = None) -> list[str]:
@@ -503,27 +530,28 @@ def validate_all(params: Mapping[str, Any], dvc_stages: Mapping[str, dict] | Non
         problems.append(f"defaults: the section must be a mapping of keys to values, got "
                         f"{short_repr(params['defaults'])}")
     for section in params:
-        if section in ("defaults", PROFILES_KEY):
+        if section in ("defaults", PROFILES_KEY, *SHARED_SECTIONS):
             continue
-        if section not in known:
-            problems.append(f"{section}: unknown section; known stages: {', '.join(sorted(known))}")
-            continue
-        if not defaults_ok:
-            continue  # every section would repeat the defaults problem
+        if section not in known or known[section].is_plot:
+            problems.append(f"{section}: unknown section; known: {', '.join(sorted(_section_names()))}")
+    for stage in _validated_stages(params) if defaults_ok else ():  # else every one repeats the defaults problem
         try:
-            validate_stage(params, section)
+            validate_stage(params, stage)
         except ConfigError as exc:
             problems.extend(str(exc).splitlines())
+    if _stages.DATA_SECTION in params:
+        from .data.prepared import data_section_problems
+        problems.extend(data_section_problems(params[_stages.DATA_SECTION]))
     if defaults_ok:
         problems.extend(_profile_problems(params))
     for name, spec in (dvc_stages or {}).items():
         stage = spec.get("stage")
         listed = spec.get("params") or []
-        if stage is not None and stage not in params:
-            problems.append(f"{stage}: params.yaml has no section {stage!r}, but dvc.yaml declares the stage "
-                            f"{name!r} (python -m pflkit stage {stage} ...); add the section")
+        if stage is not None and section_of(stage) not in params:
+            problems.append(f"{stage}: params.yaml has no section {section_of(stage)!r}, but dvc.yaml declares the "
+                            f"stage {name!r} (python -m pflkit stage {stage} ...); add the section")
         for key in listed:
-            if key not in params and key != stage:
+            if key not in params and key != section_of(stage or ""):
                 problems.append(f"{key}: params.yaml has no section {key!r}, but dvc.yaml stage {name!r} "
                                 f"lists it under params")
         if stage is None:
@@ -532,7 +560,7 @@ def validate_all(params: Mapping[str, Any], dvc_stages: Mapping[str, dict] | Non
             problems.append(f"{stage}: dvc.yaml stage {name!r} runs it, but pflkit.stages has no such stage; "
                             f"known: {', '.join(sorted(known))}")
             continue
-        for key in ("defaults", stage):
+        for key in ("defaults", section_of(stage)) if not known[stage].is_plot else (section_of(stage),):
             if key not in listed:
                 problems.append(f"{stage}: dvc.yaml stage {name!r} does not list {key!r} under params, so "
                                 f"changing it would not re-run the stage")

@@ -182,13 +182,17 @@ def stage_outputs(stage: str, root: Path, profile: str = DEFAULT_PROFILE) -> lis
 
 def profile_path(path: str, profile: str = DEFAULT_PROFILE) -> str:
     """Where a run of ``profile`` writes the DVC output ``path``: the path itself for the default profile;
-    else under build/<profile>/, as ``config.output_dirs`` lays it out: results/<stage>/f and
-    models/<stage>/f -> build/<profile>/<stage>/f, figures/... and reports/... -> build/<profile>/figures/...,
-    build/<profile>/reports/.... (A profile's run is not a DVC stage: it never touches DVC's outputs.)"""
+    else under build/<profile>/, as ``config.output_dirs`` and ``model_store.models_dir_of`` lay it out:
+    results/<stage>/f -> build/<profile>/<stage>/f, models/<stage>/f -> build/<profile>/<stage>/models/f,
+    figures/... and reports/... -> build/<profile>/figures/..., build/<profile>/reports/.... (A profile's
+    run is not a DVC stage: it never touches DVC's outputs.)"""
     if profile == DEFAULT_PROFILE:
         return path
     head, _, rest = path.partition("/")
-    return f"build/{profile}/{rest if head in ('results', 'models') else path}"
+    if head == "models":
+        stage, _, inner = rest.partition("/")
+        return f"build/{profile}/{stage}/models" + (f"/{inner}" if inner else "")
+    return f"build/{profile}/{rest if head == 'results' else path}"
 
 
 TWIN_SHA256_ENV = "PFLKIT_TWIN_SHA256"
@@ -227,6 +231,8 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
     - ``PFLKIT_PARAMS`` (:data:`pflkit.config.PARAMS_ENV`): the params file validated here, which the
       notebook's ``from_namespace`` reads (the injected parameters name stage, profile ``default`` and
       the output folders; every other value comes from that file).
+    - ``PFLKIT_REQUIRE_PREPARED`` (:data:`pflkit.data.prepared.REQUIRE_ENV`): 1 for the default profile,
+      whose stages must read their data from data/prepared/ (the data stages' outputs DVC tracks).
     """
     import nbformat
 
@@ -274,8 +280,11 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
     print(f"{stage}: running {twin.relative_to(root)} ...", file=sys.stderr, flush=True)
     echo = _ProgressEcho(progress, stage, start)
     try:
+        from .data.prepared import REQUIRE_ENV
         with _environ({PROGRESS_ENV: str(progress), TWIN_SHA256_ENV: hashlib.sha256(code).hexdigest(),
-                       PARAMS_ENV: str(root / params_file)}):
+                       PARAMS_ENV: str(root / params_file),
+                       # the pipeline's stages read data only from the data stages' outputs (DVC deps)
+                       REQUIRE_ENV: "1" if profile == DEFAULT_PROFILE else "0"}):
             echo.start()
             try:
                 # the notebook reads its values from params.yaml (the profile's); the runner names the

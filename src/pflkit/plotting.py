@@ -1,13 +1,50 @@
-"""One seaborn style for every figure, curve plots with a band over seeds, PNG + SVG saving."""
+"""One seaborn style for every figure, curve plots with a band over seeds, PNG + SVG saving.
+
+The figure settings (params.yaml ``figures``, read by every plot stage as :class:`FigureConfig`) set the
+style once per notebook (:func:`configure`): seaborn context, font scale, the band drawn over seeds and
+the DPI of the PNGs. Only plot stages read that section, so changing a figure setting re-runs them alone.
+"""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
+from pydantic import Field
 
+from .config import StageConfig
 from .io import atomic_path
+
+#: what the band around a mean curve shows: +-1 standard deviation over seeds (or runs), +-1 standard
+#: error, or nothing
+BANDS = ("sd", "se", "none")
+CONTEXTS = ("paper", "notebook", "talk", "poster")
+
+
+class FigureConfig(StageConfig):
+    """A plot stage's settings (params.yaml ``figures``): it reads its source stage's results folder
+    (``results_dir``) and writes figures into ``figures_dir``."""
+    context: Literal[CONTEXTS] = "notebook"
+    font_scale: float = Field(1.0, gt=0, le=4)
+    dpi: int = Field(150, ge=50, le=600)
+    band: Literal[BANDS] = "sd"
+
+
+#: the settings :func:`use_style` and :func:`plot_curves` apply (set by :func:`configure`)
+_STYLE = {"context": "notebook", "font_scale": 1.0, "dpi": 150, "band": "sd"}
+
+
+def configure(cfg: FigureConfig) -> None:
+    """Use ``cfg``'s figure settings for every figure this process draws next."""
+    _STYLE.update(context=cfg.context, font_scale=cfg.font_scale, dpi=cfg.dpi, band=cfg.band)
+    use_style()
+
+
+def band() -> str | None:
+    """seaborn's ``errorbar`` for the configured band (None: no band)."""
+    return None if _STYLE["band"] == "none" else _STYLE["band"]
 
 FORMATS = ("png", "svg")
 BASELINE = "Majority class"
@@ -56,8 +93,8 @@ def method_palette(names) -> dict[str, str]:
 
 def use_style() -> None:
     """The shared look: seaborn whitegrid, colour-blind palette, readable fonts, fixed DPI."""
-    sns.set_theme(context="notebook", style="whitegrid", palette="colorblind",
-                  rc={"figure.dpi": 100, "savefig.dpi": 150, "savefig.bbox": "tight",
+    sns.set_theme(context=_STYLE["context"], style="whitegrid", palette="colorblind", font_scale=_STYLE["font_scale"],
+                  rc={"figure.dpi": 100, "savefig.dpi": _STYLE["dpi"], "savefig.bbox": "tight",
                       "axes.titlesize": 11, "svg.hashsalt": "pflkit", "svg.fonttype": "none"})
 
 
@@ -74,12 +111,12 @@ def finish(fig, text: str) -> None:
 
 def plot_curves(ax, history: pd.DataFrame, metric: str, ylabel: str, xlabel: str = "communication round",
                 baseline: bool = True):
-    """Mean over seeds with a +-1 sd band per method, each method in its fixed colour, dash pattern and
-    marker (:data:`METHOD_STYLES`); the majority-class baseline as a grey dashed line."""
+    """Mean over seeds with a band per method (+-1 sd by default: :func:`band`), each method in its fixed
+    colour, dash pattern and marker (:data:`METHOD_STYLES`); the majority-class baseline as a grey dashed line."""
     sub = history[history["metric"] == metric]
     methods = sub[sub["method"] != BASELINE]
     styles = method_styles(methods["method"])
-    sns.lineplot(data=methods, x="round", y="value", hue="method", style="method", errorbar="sd", ax=ax,
+    sns.lineplot(data=methods, x="round", y="value", hue="method", style="method", errorbar=band(), ax=ax,
                  palette={m: s[0] for m, s in styles.items()}, dashes={m: s[1] for m, s in styles.items()},
                  markers={m: s[2] or "o" for m, s in styles.items()}, markersize=5, markeredgewidth=0)
     base = sub[sub["method"] == BASELINE]
@@ -104,7 +141,7 @@ def save_figure(fig, stem: str | Path, formats=FORMATS) -> list[Path]:
     return paths
 
 
-__all__ = ["use_style", "title", "finish", "accuracy_loss_figure", "plot_curves", "save_figure", "plt",
+__all__ = ["FigureConfig", "configure", "band", "use_style", "title", "finish", "accuracy_loss_figure", "plot_curves", "save_figure", "plt",
            "METHOD_STYLES", "method_styles", "method_palette"]
 
 

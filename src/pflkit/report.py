@@ -72,6 +72,36 @@ def write_stage(results_dir: str, metrics: Mapping, history: pd.DataFrame | None
     write_json(out / "metrics.json", results)
 
 
+def write_result(results_dir: str, result, history: bool = True, **tables: pd.DataFrame) -> None:
+    """:func:`write_stage` for a StageResult: its metrics, its run info with the dataset label and scale
+    (what a plot stage puts in titles), its history (when it has one and ``history``) and ``tables``."""
+    run_info = {**(result.run_info or {}), "data_label": result.data_label, "scale": result.scale}
+    frames = result.frames or {}
+    write_stage(results_dir, result.metrics, history=frames.get("history") if history else None,
+                run_info=run_info, **tables)
+
+
+def read_result(results_dir: str):
+    """What a compute stage wrote in ``results_dir``, as a StageResult for its plot stage: metrics.json,
+    run.json (``run_info``; ``data_label`` and ``scale`` from it), every CSV as a frame named by its stem
+    (``result.history``, ``result.curves``, ...). A missing folder is an error saying which notebook or
+    stage writes it."""
+    import json
+
+    from .experiments.result import StageResult
+    folder = resolve(results_dir)
+    if not (folder / "metrics.json").is_file():
+        stage = folder.name
+        raise FileNotFoundError(f"{folder} holds no results: run the compute stage first (`dvc repro {stage}`, or its "
+                                f"notebook with the same profile)")
+    metrics = json.loads((folder / "metrics.json").read_text())
+    run = folder / "run.json"
+    run_info = json.loads(run.read_text()) if run.is_file() else {}
+    frames = {p.stem: pd.read_csv(p) for p in sorted(folder.glob("*.csv"))}
+    return StageResult(pd.DataFrame(), metrics, run_info.get("data_label", ""), run_info.get("scale", ""),
+                       run_info, frames)
+
+
 def read_results(stage: str) -> tuple[dict, dict] | None:
     """(metrics.json, run.json) of the stage's ``dvc repro`` run (results/<stage>/), or None when the
     stage has not run here (a fresh clone: ``dvc repro <stage>`` or ``dvc pull`` brings them)."""

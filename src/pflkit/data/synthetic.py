@@ -39,6 +39,16 @@ def perm_synthetic(num_clients: int = 50, samples_per_client: int = 500, dim: in
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
     x, y, group, _ = perm_synthetic_arrays(num_clients, samples_per_client, dim, seed=seed, **kwargs)
+    return perm_synthetic_from_arrays(x, y, group, test_fraction)
+
+
+def perm_synthetic_from_arrays(x: np.ndarray, y: np.ndarray, group: np.ndarray,
+                               test_fraction: float = 0.2) -> FederatedDataset:
+    """The federation of :func:`perm_synthetic_arrays`' x [N, S, d], y [N, S], group [N] (what a prepared
+    copy stores): the last ``test_fraction`` of each client's samples is its test split."""
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+    num_clients, samples_per_client = y.shape
     n_test = max(1, int(round(test_fraction * samples_per_client)))
     train = [(x[j, :-n_test], y[j, :-n_test]) for j in range(num_clients)]
     test = [(x[j, -n_test:], y[j, -n_test:]) for j in range(num_clients)]

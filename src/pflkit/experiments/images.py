@@ -16,9 +16,10 @@ class DatasetSection(Section):
 
 
 def load_images(ds: DatasetSection):
-    from ..data.vision import load_dataset
-    from ..paths import resolve
-    return load_dataset(ds.name, root=resolve(ds.root), allow_download=ds.allow_download, substitute=ds.substitute)
+    """The dataset ``ds`` asks for (or its named substitute), from data/prepared/ when the data stages have
+    prepared it (``pflkit.data.prepared.images``), else from its sources."""
+    from ..data import prepared
+    return prepared.images(ds.name, root=ds.root, allow_download=ds.allow_download, substitute=ds.substitute)
 
 
 def dataset_record(img) -> dict:

