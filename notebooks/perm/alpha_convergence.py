@@ -17,9 +17,8 @@ results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<s
 figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
-from pflkit import plotting, report
+from pflkit import report
 from pflkit.experiments import perm as experiment
-from pflkit.paths import resolve
 
 cfg = experiment.PermAlphaConvergenceConfig.from_namespace(globals())
 result = experiment.alpha_convergence(cfg)
@@ -39,31 +38,14 @@ report.print_table(summary)
 # that run's final numbers.
 
 # %%
-import seaborn as sns
-
-plotting.use_style()
-fig, (ax_err, ax_own) = plotting.plt.subplots(1, 2, figsize=(11, 4))
-long = table[table.R > 0].melt(id_vars=["seed", "R"], value_vars=["w_error", "alpha_error_l1"],
-                               var_name="quantity", value_name="error")
-long["quantity"] = long["quantity"].map({"w_error": "||w^R - w*||_2",
-                                         "alpha_error_l1": "mean_i ||alpha_i - alpha*_i||_1"})
-sns.lineplot(data=long, x="R", y="error", hue="quantity", marker="o", errorbar="sd", ax=ax_err)
-ax_err.set(xscale="log", yscale="log", xlabel="FedAvg rounds R (exact, K = 1)", ylabel="distance to the optimum (log)")
-sns.histplot(data=shares, x="own_group_mass", hue="group", bins=20, binrange=(0, 1), multiple="stack", ax=ax_own)
-ax_own.set(xlabel=f"share of alpha_i inside client i's own group (R = {max(cfg.checkpoints)})",
-           ylabel="clients (count)")
-scale = result.scale
-plotting.finish(fig, plotting.title("PERM Theorem 1: alpha_hat -> alpha* as w^R -> w*", "perm-synthetic", scale))
-figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "alpha_convergence")
-
-# %%
 last = summary.iloc[-1]
 metrics = {**record, "final_R": int(summary.index[-1]), "w_error": float(last.w_error),
            "alpha_error_l1": float(last.alpha_error_l1), "own_group_mass_mean": float(last.own_group_mass_mean),
            "own_group_mass_min": float(shares.own_group_mass.min())}
-report.write_stage(cfg.results_dir, metrics, run_info={"stage": cfg.stage, "scale": scale, "config": cfg.model_dump(),
-                                                        "environment": report.environment()},
-                   convergence=table, own_group_mass=shares)
+report.write_stage(cfg.results_dir, metrics, convergence=table, own_group_mass=shares,
+                   run_info={"stage": cfg.stage, "scale": result.scale, "data_label": result.data_label,
+                             "config": cfg.model_dump(), "environment": report.environment()})
+models = experiment.save_convergence_models(cfg, result)
 
 # %%
 # this run's numbers under dvc repro, else read from results/perm_alpha_convergence/ (not compared by nbval)

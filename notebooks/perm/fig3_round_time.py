@@ -18,11 +18,8 @@ figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes fi
 # %%
 import platform
 
-import seaborn as sns
-
-from pflkit import plotting, report
+from pflkit import report
 from pflkit.experiments import perm as experiment
-from pflkit.paths import resolve
 
 cfg = experiment.PermFig3Config.from_namespace(globals())
 times = experiment.fig3(cfg).times
@@ -38,22 +35,12 @@ summary["vs FedAvg (median)"] = summary["median"] / summary.xs("FedAvg", level="
 print(summary.round(4).to_string())
 
 # %%
-plotting.use_style()
-fig, axes = plotting.plt.subplots(1, len(cfg.workloads), figsize=(6 * len(cfg.workloads), 4), squeeze=False)
-for ax, workload in zip(axes[0], cfg.workloads):
-    sub = times[times.workload == workload].assign(ms=lambda d: d.seconds * 1e3)
-    sns.barplot(data=sub, x="method", y="ms", errorbar="sd", ax=ax)
-    ax.set(xlabel="method", ylabel="time per communication round (ms)", title=f"{workload}, N={cfg.num_clients}")
-    ax.tick_params(axis="x", rotation=20)
-machine = f"{platform.machine()} CPU, {cfg.threads} thread(s), device {cfg.device}"
-scale = f"K={cfg.local_steps} local steps, batch {cfg.batch_size}, {cfg.repeats} rounds timed; {machine}"
-plotting.finish(fig, plotting.title("PERM Fig. 3: wall-clock time per round", ", ".join(cfg.workloads), scale))
-figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig3_round_time")
-
-# %%
 flat = summary.reset_index()
 per_round = {f"{r.workload}/{r.method}": {"median": r["median"], "mean": r["mean"],
                                            "vs_fedavg": r["vs FedAvg (median)"]} for _, r in flat.iterrows()}
+machine = f"{platform.machine()} CPU, {cfg.threads} thread(s), device {cfg.device}"
+scale = f"K={cfg.local_steps} local steps, batch {cfg.batch_size}, {cfg.repeats} rounds timed; {machine}"
 metrics = {"machine": machine, "seconds_per_round": per_round}
-report.write_stage(cfg.results_dir, metrics, run_info={"stage": cfg.stage, "config": cfg.model_dump(),
-                                                        "environment": report.environment()}, times=times)
+report.write_stage(cfg.results_dir, metrics, times=times,
+                   run_info={"stage": cfg.stage, "config": cfg.model_dump(), "environment": report.environment(),
+                             "data_label": ", ".join(cfg.workloads), "scale": scale})

@@ -17,9 +17,8 @@ results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<s
 figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
-from pflkit import plotting, report
+from pflkit import report
 from pflkit.experiments import perm as experiment
-from pflkit.paths import resolve
 from pflkit.runner import curves
 
 cfg = experiment.PermFig4Config.from_namespace(globals())
@@ -51,11 +50,7 @@ print(experiment.describe_claim(result.metrics.get("claim_perm_best")))
 report.print_measured(cfg, experiment.describe_final, result.metrics, result.scale)
 
 # %%
-fig = plotting.accuracy_loss_figure(result.history, "PERM Fig. 4: personalized accuracy and loss",
-                                    result.data_label, result.scale)
-figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig4_emnist")
-
-# %%
+report.write_result(cfg.results_dir, result, curves_accuracy=curves(result.history, "accuracy"))
 experiment.save_alpha(result, cfg.alpha_file)
-report.write_stage(cfg.results_dir, result.metrics, history=result.history, run_info=result.run_info,
-                   curves_accuracy=curves(result.history, "accuracy"))
+models = experiment.save_models(cfg, result)
+print("wrote", cfg.results_dir, "and", len(models), "trained models")

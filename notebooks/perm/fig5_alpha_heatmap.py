@@ -17,11 +17,9 @@ figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes fi
 # %%
 import numpy as np
 import pandas as pd
-import seaborn as sns
 
-from pflkit import plotting, report
+from pflkit import report
 from pflkit.experiments import perm as experiment
-from pflkit.paths import resolve
 
 cfg = experiment.PermFig5Config.from_namespace(globals())
 saved = experiment.load_alpha(cfg.alpha_file)
@@ -44,19 +42,7 @@ summary = pd.Series({
 report.print_table(summary.to_frame("value"))
 
 # %%
-plotting.use_style()
-fig, (ax_a, ax_s) = plotting.plt.subplots(1, 2, figsize=(12, 5))
-sns.heatmap(alpha[order][:, order], ax=ax_a, cmap="viridis", vmin=0, square=True,
-            cbar_kws={"label": "alpha_i(j) (weight)"}, xticklabels=False, yticklabels=False)
-ax_a.set(xlabel="client j (by majority label)", ylabel="client i (by majority label)", title="learned alpha")
-sns.heatmap(similarity[order][:, order], ax=ax_s, cmap="mako", vmin=0, square=True,
-            cbar_kws={"label": "label-distribution overlap p_i . p_j"}, xticklabels=False, yticklabels=False)
-ax_s.set(xlabel="client j (by majority label)", ylabel="client i (by majority label)",
-         title="label overlap (for reference)")
-plotting.finish(fig, plotting.title("PERM Fig. 5: mixing weights of the Fig. 4 run", str(saved["dataset"]),
-                                    str(saved["scale"])))
-figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig5_alpha_heatmap")
-
-# %%
 report.write_stage(cfg.results_dir, {"dataset": str(saved["dataset"]), **summary.to_dict()},
-                   run_info={"stage": cfg.stage, "config": cfg.model_dump(), "environment": report.environment()})
+                   alpha=experiment.matrix_frame(order, alpha=alpha, overlap=similarity),
+                   run_info={"stage": cfg.stage, "config": cfg.model_dump(), "environment": report.environment(),
+                             "data_label": str(saved["dataset"]), "scale": str(saved["scale"])})

@@ -17,10 +17,8 @@ results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<s
 figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
-
-from pflkit import plotting, report
+from pflkit import report
 from pflkit.experiments import perm as experiment
-from pflkit.paths import resolve
 
 cfg = experiment.PermFig6Config.from_namespace(globals())
 result = experiment.fig6(cfg)
@@ -33,26 +31,15 @@ table = result.table
 report.print_table(table)
 
 # %%
-import seaborn as sns
-
-plotting.use_style()
-fig, axes = plotting.plt.subplots(1, len(panels), figsize=(6 * len(panels), 5))
-for ax, (name, p) in zip(axes, panels.items()):
-    a = p.alpha[p.order][:, p.order].numpy()
-    sns.heatmap(a, ax=ax, cmap="viridis", vmin=0, square=True, cbar_kws={"label": "alpha_i(j) (weight)"},
-                xticklabels=False, yticklabels=False)
-    ax.set_xlabel("client j (sorted by majority label)")
-    ax.set_ylabel("client i (sorted by majority label)")
-    ax.set_title(f"{name}: same-label mass {p.summary['same_label_mass_mean']:.2f}, "
-                 f"support {p.summary['effective_support_mean']:.1f}", fontsize=9)
 label = data_record["dataset"] + (f" (substitute for {data_record['paper_dataset']})" if data_record["is_substitute"]
                                   else f" ({data_record['source']})")
 scale = f"N={cfg.num_clients}, MLP {cfg.hidden}, FedAvg R={cfg.fedavg_rounds}, lambda={cfg.lam:g}"
-plotting.finish(fig, plotting.title("PERM Fig. 6: two-stage PERM mixing weights alpha", label, scale))
-figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig6_mnist_alpha")
 
 # %%
 metrics = {**data_record, "panels": report.table_records(table)}
-report.write_stage(cfg.results_dir, metrics, run_info={"stage": cfg.stage, "scale": scale, "config": cfg.model_dump(),
-                                                        "environment": report.environment()},
-                   alpha_summary=table.reset_index(names="panel"))
+report.write_stage(cfg.results_dir, metrics, alpha_summary=table.reset_index(names="panel"),
+                   alpha=experiment.fig6_frames(result),
+                   run_info={"stage": cfg.stage, "scale": scale, "data_label": label, "config": cfg.model_dump(),
+                             "environment": report.environment()})
+models = experiment.save_fig6_models(cfg, result)
+print("wrote", cfg.results_dir, "and", len(models), "saved FedAvg models with their alpha")

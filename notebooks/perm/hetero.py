@@ -35,9 +35,8 @@ results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<s
 figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
-from pflkit import plotting, report
+from pflkit import report
 from pflkit.experiments import perm_hetero as experiment
-from pflkit.paths import resolve
 from pflkit.runner import curves
 
 cfg = experiment.PermHeteroConfig.from_namespace(globals())
@@ -58,30 +57,6 @@ report.print_table(result.groups)
 # %%
 # trained float32 results: tests/regression compares them within measured tolerances
 report.print_table(result.costs.set_index(["method", "budget"]))
-
-# %%
-import seaborn as sns
-
-plotting.use_style()
-fig, (ax_acc, ax_cost) = plotting.plt.subplots(1, 2, figsize=(13, 5))
-names = [experiment.METHOD_NAMES[k] for k in cfg.methods]
-palette = plotting.method_palette(names + ["Majority class"])
-budget_order = sorted(set(cfg.budgets), reverse=True)
-per_seed = result.clients.groupby(["method", "budget", "seed"], as_index=False)["accuracy"].mean()
-sns.barplot(data=per_seed, x="budget", y="accuracy", hue="method", hue_order=names + ["Majority class"],
-            palette=palette, errorbar="sd", ax=ax_acc, order=budget_order)
-ax_acc.set_xlabel("client budget r (width fraction of the server MLP)")
-ax_acc.set_ylabel("personalized test accuracy (fraction correct)")
-ax_acc.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3)
-sns.barplot(data=result.costs, x="budget", y="train_mflops_per_round", hue="method", hue_order=names,
-            palette=palette, ax=ax_cost, order=budget_order)
-ax_cost.set_yscale("log")
-ax_cost.set_xlabel("client budget r (width fraction of the server MLP)")
-ax_cost.set_ylabel("training compute per client per round (MFLOPs)")
-ax_cost.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3)
-plotting.finish(fig, plotting.title("PERM-hetero (Sec. 3.3): personalized accuracy and cost per budget group",
-                                    result.data_label, result.scale))
-figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "hetero")
 
 # %% [markdown]
 # Does the claim hold at this scale? (`holds` per group: PERM-hetero >= best baseline - tolerance.)
@@ -106,6 +81,7 @@ print("every model fits its budget:", result.claim["every_model_fits_its_budget"
 print("claim holds:", result.claim.get("holds"))
 
 # %%
-report.write_stage(cfg.results_dir, result.metrics, history=result.history, run_info=result.run_info,
-                   groups=result.groups.reset_index(), costs=result.costs, clients=result.clients,
-                   curves_accuracy=curves(result.history, "accuracy"))
+report.write_result(cfg.results_dir, result, groups=result.groups.reset_index(), costs=result.costs,
+                    clients=result.clients, curves_accuracy=curves(result.history, "accuracy"))
+models = experiment.save_models(cfg, result)
+print("wrote", cfg.results_dir, "and", len(models), "trained models")

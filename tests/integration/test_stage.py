@@ -14,6 +14,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGE, NOTEBOOK = "perm_fig1", "notebooks/perm/fig1_synthetic.ipynb"
+PLOT, PLOT_NOTEBOOK = "perm_fig1_plot", "notebooks/perm/fig1_synthetic_plot.ipynb"
+DATA = "data_perm_synthetic"
 TWIN, REPORT = NOTEBOOK.replace(".ipynb", ".py"), "reports/perm/fig1_synthetic.ipynb"
 SMALL = {"num_clients": 6, "samples_per_client": 40, "rounds": 2, "local_steps": 2, "seeds": [0, 1],
          "eval_every": 1, "finetune_steps": 2, "device": "cpu"}
@@ -22,18 +24,28 @@ pytestmark = pytest.mark.slow
 
 
 def _project(tmp_path: Path, **overrides) -> Path:
-    """A minimal project: dvc.yaml, params.yaml (small scale), the fig1 notebook and its twin."""
+    """A minimal project: dvc.yaml with PERM Fig. 1's data, compute and plot stages, params.yaml (small scale),
+    both notebooks and their twins."""
     proj = tmp_path / "proj"
     (proj / "notebooks" / "perm").mkdir(parents=True)
-    for rel in (NOTEBOOK, NOTEBOOK.replace(".ipynb", ".py")):
-        shutil.copy(ROOT / rel, proj / rel)
+    for rel in (NOTEBOOK, PLOT_NOTEBOOK):
+        for path in (rel, rel.replace(".ipynb", ".py")):
+            shutil.copy(ROOT / path, proj / path)
     spec = yaml.safe_load((ROOT / "dvc.yaml").read_text())
-    spec["stages"] = {STAGE: spec["stages"][STAGE]}
-    spec["stages"][STAGE]["deps"] = [d for d in spec["stages"][STAGE]["deps"] if not d.startswith("src/")]
+    spec["stages"] = {name: spec["stages"][name] for name in (DATA, STAGE, PLOT)}
+    for stage in spec["stages"].values():
+        stage["deps"] = [d for d in stage["deps"] if not d.startswith("src/")]
+    data = spec["stages"][DATA]  # its code stands in for all the src/ deps (a stage without deps always runs)
+    data["deps"] = ["src/pflkit/data/synthetic.py"]
+    (proj / "src/pflkit/data").mkdir(parents=True)
+    shutil.copy(ROOT / data["deps"][0], proj / data["deps"][0])
+    data["params"] = [f"{STAGE}"]
+    data["outs"] = [o for o in data["outs"] if o.endswith(f"/{STAGE}")]
     spec.pop("plots", None)
     (proj / "dvc.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params = {"defaults": params["defaults"], STAGE: {**params[STAGE], **SMALL, **overrides}}
+    params = {"defaults": params["defaults"], "figures": params["figures"],
+              STAGE: {**params[STAGE], **SMALL, **overrides}}
     (proj / "params.yaml").write_text(yaml.safe_dump(params))
     return proj
 
@@ -48,9 +60,18 @@ def _run(args, cwd, check=True):
     return out
 
 
-def test_stage_writes_report_metrics_and_figures(tmp_path):
+def test_stage_writes_report_metrics_models_and_its_plot_stage_the_figures(tmp_path):
     proj = _project(tmp_path)
+    out = _run([sys.executable, "-m", "pflkit", "stage", STAGE, NOTEBOOK], proj, check=False)
+    assert out.returncode != 0 and "run `dvc repro data_perm_synthetic`" in out.stderr + out.stdout
+    _run([sys.executable, "-m", "pflkit", "data", "perm_synthetic"], proj)
+    manifest = json.loads((proj / "data/prepared/perm-synthetic/perm_fig1/manifest.json").read_text())
+    assert [r["seed"] for r in manifest["request"]] == [0, 1] and manifest["request"][0]["num_clients"] == 6
     _run([sys.executable, "-m", "pflkit", "stage", STAGE, NOTEBOOK], proj)
+    assert not (proj / "figures").exists(), "a compute stage draws no figure"
+    models = sorted(p.name for p in (proj / "models/perm_fig1").iterdir())
+    assert "PERM__seed1.pt" in models and "index.json" in models and len(models) == 6 * 2 + 1
+    _run([sys.executable, "-m", "pflkit", "stage", PLOT, PLOT_NOTEBOOK], proj)
     assert (proj / "reports/perm/fig1_synthetic.ipynb").stat().st_size > 0
     metrics = json.loads((proj / "results/perm_fig1/metrics.json").read_text())
     assert metrics["dataset"] == "perm-synthetic" and metrics["is_substitute"] is False
@@ -82,10 +103,11 @@ def test_bad_params_fail_before_work_and_leave_nothing(tmp_path):
 
 def test_failing_notebook_removes_partial_outputs(tmp_path):
     proj = _project(tmp_path)
+    _run([sys.executable, "-m", "pflkit", "data", "perm_synthetic"], proj)
     (proj / "results/perm_fig1").mkdir(parents=True)
     (proj / "results/perm_fig1/metrics.json").write_text("{stale}")
     twin = proj / TWIN  # the stage executes the twin
-    twin.write_text(twin.read_text().replace("report.write_stage(", "raise RuntimeError('boom'); report.write_stage("))
+    twin.write_text(twin.read_text().replace("report.write_result(", "raise RuntimeError('boom'); report.write_result("))
     out = _run([sys.executable, "-m", "pflkit", "stage", STAGE, NOTEBOOK], proj, check=False)
     assert out.returncode != 0 and "boom" in out.stderr + out.stdout
     assert not (proj / "results/perm_fig1/metrics.json").exists()
@@ -166,11 +188,11 @@ def test_reproduce_runs_a_profile_under_build_records_its_runtime_and_writes_its
     (proj / "scripts").mkdir()
     for script in ("claims.py", "dvc_stages.py"):
         shutil.copy(ROOT / "scripts" / script, proj / "scripts" / script)
-    (proj / "src/pflkit").mkdir(parents=True)  # the ledger reads the stage table from the project's source
+    (proj / "src/pflkit").mkdir(parents=True, exist_ok=True)  # the ledger reads the stage table from the project's source
     shutil.copy(ROOT / "src/pflkit/stages.py", proj / "src/pflkit/stages.py")
     claims = [c for c in yaml.safe_load((ROOT / "claims.yaml").read_text()) if c["stage"] == STAGE]
     (proj / "claims.yaml").write_text(yaml.safe_dump(claims))
-    _run([sys.executable, "-m", "pflkit", "reproduce", "--profile", "quick", "--stages", STAGE], proj)
+    _run([sys.executable, "-m", "pflkit", "reproduce", "--profile", "quick", "--stages", f"{STAGE},{PLOT}"], proj)
     run_info = json.loads((proj / "build/quick/perm_fig1/run.json").read_text())
     assert run_info["config"]["rounds"] == 1 and run_info["config"]["seeds"] == [0]
     assert (proj / "build/quick/reports/perm/fig1_synthetic.ipynb").is_file()
@@ -178,7 +200,9 @@ def test_reproduce_runs_a_profile_under_build_records_its_runtime_and_writes_its
     assert not (proj / "results").exists() and not (proj / "figures").exists() and not (proj / "reports").exists()
     log = (proj / "build/runtimes.csv").read_text().splitlines()
     assert log[0] == "stage,profile,seconds,device,threads,cpu,finished_utc"
-    assert len(log) == 2 and log[1].startswith("perm_fig1,quick,") and ",cpu," in log[1]
+    assert len(log) == 3 and log[1].startswith("perm_fig1,quick,") and ",cpu," in log[1]
+    assert log[2].startswith("perm_fig1_plot,quick,")
+    assert (proj / "build/quick/perm_fig1/models/PERM__seed0.pt").is_file()
     ledger = (proj / "build/quick/claims.csv").read_text()
     assert ledger.count(",quick,") == len(claims) and "not run" in ledger  # default has not run here
 
@@ -187,3 +211,88 @@ def test_reproduce_runs_a_profile_under_build_records_its_runtime_and_writes_its
                           (["--profile", "nope"], "profile: unknown profile 'nope'")):
         out = _run([sys.executable, "-m", "pflkit", "reproduce", *args], proj, check=False)
         assert out.returncode == 1 and message in out.stderr, out.stderr
+
+
+def _ran(out: str) -> set[str]:
+    """The stages a `dvc repro` ran (DVC prints "Running stage '<name>':")."""
+    return set(re.findall(r"Running stage '([^']+)'", out))
+
+
+def test_a_figure_setting_re_runs_only_the_plot_stage(tmp_path):
+    """Issue 21: figures apart from training. A figure setting (params.yaml `figures`) re-runs the plot stage
+    alone, from the results files, in seconds; the data and training stages are not touched."""
+    proj, dvc = _dvc_project(tmp_path)
+    first = _run([dvc, "repro"], proj).stdout
+    assert _ran(first) == {DATA, STAGE, PLOT}
+    png = proj / "figures/perm/fig1_synthetic.png"
+    from PIL import Image
+    width = Image.open(png).size[0]
+    models = {p.name: p.read_bytes() for p in (proj / "models/perm_fig1").iterdir()}
+    params = yaml.safe_load((proj / "params.yaml").read_text())
+    params["figures"]["dpi"] = 75
+    (proj / "params.yaml").write_text(yaml.safe_dump(params))
+    assert set(json.loads(_run([dvc, "status", "--json"], proj).stdout)) == {PLOT}
+    again = _run([dvc, "repro"], proj).stdout
+    assert _ran(again) == {PLOT}, again
+    assert Image.open(png).size[0] < 0.6 * width, "the new DPI is in the figure"
+    assert {p.name: p.read_bytes() for p in (proj / "models/perm_fig1").iterdir()} == models
+    # editing the plot notebook's code is a figure-only change too
+    plot_twin = proj / PLOT_NOTEBOOK.replace(".ipynb", ".py")
+    plot_twin.write_text(plot_twin.read_text().replace("personalized accuracy and loss", "accuracy and loss"))
+    assert _ran(_run([dvc, "repro"], proj).stdout) == {PLOT}
+
+
+def _leaf_femnist(folder: Path, users: int, per_user: int, seed: int = 0):
+    """A small LEAF FEMNIST release (train/ and test/ json): random 28x28 images, labels 0..61."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    for split, n in (("train", per_user), ("test", max(2, per_user // 4))):
+        names = [f"f{u:04d}" for u in range(users)]
+        data = {u: {"x": rng.random((n, 784)).round(3).tolist(), "y": rng.integers(0, 62, n).tolist()}
+                for u in names}
+        (folder / split).mkdir(parents=True, exist_ok=True)
+        (folder / split / "all_data_0.json").write_text(json.dumps(
+            {"users": names, "num_samples": [n] * users, "user_data": data}))
+
+
+def test_new_dataset_files_re_run_the_data_stage_and_every_stage_that_reads_it(tmp_path):
+    """Issue 21: a changed dataset source re-runs its dependents. The official files of a dataset go in
+    data/raw/<dataset>/, a dependency of its data stage: dropping them there (here a LEAF FEMNIST release)
+    makes the data stage prepare the real dataset and the figure stage that asked for it re-run on it
+    instead of its substitute."""
+    dvc = shutil.which("dvc", path=str(Path(sys.executable).parent)) or shutil.which("dvc")
+    proj = tmp_path / "proj"
+    stage, notebook = "perm_fig4", "notebooks/perm/fig4_emnist"
+    (proj / "notebooks/perm").mkdir(parents=True)
+    for ext in (".py", ".ipynb"):
+        shutil.copy(ROOT / (notebook + ext), proj / (notebook + ext))
+    for raw in ("femnist", "fashion-mnist"):  # their placeholder READMEs (the data stages' raw deps)
+        shutil.copytree(ROOT / "data/raw" / raw, proj / "data/raw" / raw)
+    spec = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    stages = {name: spec[name] for name in ("data_femnist", "data_fashion_mnist", stage)}
+    for one in stages.values():
+        one["deps"] = [d for d in one["deps"] if not d.startswith("src/")]
+    stages[stage]["deps"] = [d.replace("emnist-byclass", "femnist") for d in stages[stage]["deps"]]
+    (proj / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}, sort_keys=False))
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    smoke = params["profiles"]["smoke"][stage]
+    section = {**params[stage], **smoke, "device": "cpu", "pool_size": 600, "methods": ["local", "perm"],
+               "alpha_file": "models/perm_fig4/alpha.npz",
+               "dataset": {"name": "femnist", "substitute": "fashion-mnist", "allow_download": False, "root": "data/raw"}}
+    (proj / "params.yaml").write_text(yaml.safe_dump({"defaults": params["defaults"], "data": params["data"],
+                                                      stage: section}))
+    _run(["git", "init", "-q"], proj)
+    _run([dvc, "init", "-q"], proj)
+    _run([dvc, "config", "core.analytics", "false"], proj)
+    assert _ran(_run([dvc, "repro"], proj).stdout) == {"data_femnist", "data_fashion_mnist", stage}
+    metrics = json.loads((proj / "results/perm_fig4/metrics.json").read_text())
+    assert metrics["dataset"] == "fashion-mnist" and metrics["is_substitute"] is True
+    assert json.loads(_run([dvc, "status", "--json"], proj).stdout) == {}
+
+    _leaf_femnist(proj / "data/raw/femnist", users=12, per_user=60)
+    assert set(json.loads(_run([dvc, "status", "--json"], proj).stdout)) == {"data_femnist"}
+    assert _ran(_run([dvc, "repro"], proj).stdout) == {"data_femnist", stage}
+    manifest = json.loads((proj / "data/prepared/femnist/manifest.json").read_text())
+    assert manifest["available"] and manifest["source"] == "local file" and manifest["sizes"]["train"] == 12 * 60
+    metrics = json.loads((proj / "results/perm_fig4/metrics.json").read_text())
+    assert metrics["dataset"] == "femnist" and metrics["is_substitute"] is False

@@ -393,6 +393,8 @@ def prepare(key: str, params: dict, root: Path | None = None) -> list[Path]:
     if key == "perm_synthetic":
         written = []
         for stage, out in zip(spec.params, spec.out_paths):
+            if stage not in params:  # a project without that stage (a scratch copy): nothing to prepare for it
+                continue
             cfg = validate_stage(params, stage)
             written.append(prepare_synthetic(cfg.synthetic_requests(), root / out))
         return written

@@ -405,34 +405,79 @@ class AlphaPanel:
     order: "object"  # client order for display (sorted by majority label)
     labels: "object"  # majority label per client
     summary: dict
+    w: "object" = None  # the FedAvg model alpha was computed at (Params)
 
 
-def fig6(cfg: PermFig6Config) -> StageResult:
-    """Two-stage PERM's alpha (Alg. 3): FedAvg for R rounds, then alpha at w^R, per partition."""
-    from ..algorithms.perm import mixing_weights
+def _fig6_setup(cfg: PermFig6Config):
+    """(model, federation of a panel): what every Fig. 6 panel trains on and computes alpha with."""
     from ..data.vision import federate
     from ..models import mlp
 
     device = resolve_device(cfg.device)
     img = load_images(cfg.dataset)
     model = FunctionalModel(lambda: mlp(img.shape, img.num_classes, hidden=tuple(cfg.hidden)), device)
-    panels = {}
-    for panel, spec in cfg.schemes.items():
-        spec = dict(spec)
-        data = federate(img, cfg.num_clients, spec.pop("scheme"), seed=cfg.seed, test_fraction=cfg.test_fraction,
+
+    def federation(panel: str) -> FederatedDataset:
+        spec = dict(cfg.schemes[panel])
+        return federate(img, cfg.num_clients, spec.pop("scheme"), seed=cfg.seed, test_fraction=cfg.test_fraction,
                         **spec).to(device)
+    return img, model, federation
+
+
+def fig6(cfg: PermFig6Config) -> StageResult:
+    """Two-stage PERM's alpha (Alg. 3): FedAvg for R rounds, then alpha at w^R, per partition."""
+    from ..algorithms.perm import mixing_weights
+
+    img, model, federation = _fig6_setup(cfg)
+    panels = {}
+    for panel in cfg.schemes:
+        data = federation(panel)
         fed = FedAvg(model, local_steps=cfg.local_steps, lr=cfg.lr, batch_size=cfg.batch_size)
         state = fed.init(data, cfg.seed)
         for _ in range(cfg.fedavg_rounds):
             state = fed.round(state)
         alpha = mixing_weights(model, state.w, data, cfg.lam, solver="exact").cpu()
         labels = data.label_counts().argmax(1)
-        panels[panel] = AlphaPanel(alpha, labels.argsort(stable=True), labels, alpha_summary(alpha, data))
+        panels[panel] = AlphaPanel(alpha, labels.argsort(stable=True), labels, alpha_summary(alpha, data), state.w)
         note(f"{cfg.stage}: panel {panel!r} done ({len(panels)}/{len(cfg.schemes)})")
     record = dataset_record(img)
     table = pd.DataFrame({name: p.summary for name, p in panels.items()}).T
     return StageResult(table, record, img.label, f"N={cfg.num_clients}, {cfg.fedavg_rounds} FedAvg rounds",
                        extra={"panels": panels})
+
+
+def fig6_frames(result: StageResult) -> "pd.DataFrame":
+    """Every panel's alpha in display order (``matrix_frame``), for the heat-map figure."""
+    return pd.concat([matrix_frame(p.order, alpha=p.alpha).assign(panel=name)
+                      for name, p in result.panels.items()], ignore_index=True)
+
+
+def save_fig6_models(cfg: PermFig6Config, result: StageResult, folder=None) -> list:
+    """Each panel's FedAvg model w^R and the alpha computed at it (``pflkit.model_store``)."""
+    from .. import model_store
+    folder = model_store.models_dir(cfg) if folder is None else resolve(folder)
+    written = [model_store.save_tensors(folder, cfg.stage, panel, {"w": p.w, "alpha": p.alpha},
+                                        config=cfg.model_dump(), metrics=p.summary)
+               for panel, p in result.panels.items()]
+    model_store.write_index(folder, cfg.stage, cfg.model_dump())
+    return written
+
+
+def saved_fig6(cfg: PermFig6Config, folder=None) -> pd.DataFrame:
+    """The Fig. 6 table recomputed from the saved FedAvg models alone: alpha at each saved w^R on its
+    panel's federation, summarized as the stage summarizes it."""
+    from .. import model_store
+    from ..algorithms.perm import mixing_weights
+    folder = model_store.models_dir(cfg) if folder is None else resolve(folder)
+    _, model, federation = _fig6_setup(cfg)
+    rows = {}
+    for panel in cfg.schemes:
+        data = federation(panel)
+        w = model_store.tensors(folder / f"{model_store.slug(panel)}.pt")["w"]
+        alpha = mixing_weights(model, {k: v.to(data.device) for k, v in w.items()}, data, cfg.lam,
+                               solver="exact").cpu()
+        rows[panel] = alpha_summary(alpha, data)
+    return pd.DataFrame(rows).T
 
 
 # --------------------------------------------------------------------------- Theorem 1: alpha_hat -> alpha*
@@ -454,45 +499,85 @@ def alpha_convergence(cfg: PermAlphaConvergenceConfig) -> StageResult:
     w^R is R rounds of exact FedAvg with one local step (= full gradient descent on the average loss,
     so w^R -> w* linearly); w* is ``optimum_steps`` such steps. Errors: ||w^R - w*||_2, the mean over
     clients of ||alpha_hat_i - alpha*_i||_1, and the share of each alpha_hat_i's mass inside client
-    i's own group. Returns (per-checkpoint table, per-client own-group shares at the last checkpoint,
-    data record)."""
-    import torch
-
-    from ..algorithms.perm import mixing_weights
-
+    i's own group. Frames: the per-checkpoint rows (``convergence``) and the per-client own-group shares at
+    the last checkpoint (``shares``); ``extra["snapshots"]``: per seed, w^R at every checkpoint and w*."""
     device = resolve_device(cfg.device)
     model = FunctionalModel(lambda: logistic((cfg.dim,), 2), device)
-    rows, shares = [], []
+    rows, shares, saved = [], [], {}
     for seed in cfg.seeds:
         data = cfg.synthetic(seed).to(device)
         gd = FedAvg(model, local_steps=1, lr=cfg.gd_lr, batch_size=None)
         state = gd.init(data, seed)
-        w0 = state.w
-        snapshots = {}
+        snapshots = {0: state.w}
         for r in range(1, max(max(cfg.checkpoints), cfg.optimum_steps) + 1):
             state = gd.round(state)
             if r in cfg.checkpoints:
                 snapshots[r] = state.w
-        w_star = state.w
-        alpha_star = mixing_weights(model, w_star, data, cfg.lam, solver="exact")
-        snapshots[0] = w0
-        for r, w in sorted(snapshots.items()):
-            alpha = mixing_weights(model, w, data, cfg.lam, solver="exact")
-            dist = torch.sqrt(sum(((w[k] - w_star[k]) ** 2).sum() for k in w))
-            own = own_group_mass(alpha, data.groups)
-            rows.append({"seed": seed, "R": r, "w_error": float(dist),
-                         "alpha_error_l1": float((alpha - alpha_star).abs().sum(1).mean()),
-                         "own_group_mass_mean": float(own.mean()), "own_group_mass_min": float(own.min())})
-            if r == max(cfg.checkpoints):
-                shares += [{"seed": seed, "client": j, "group": int(data.groups[j]), "own_group_mass": float(own[j])}
-                           for j in range(data.num_clients)]
+        saved[seed] = (snapshots, state.w)
+        seed_rows, seed_shares = _convergence_rows(cfg, model, data, seed, snapshots, state.w)
+        rows += seed_rows
+        shares += seed_shares
         note(f"{cfg.stage}: seed {seed} done ({cfg.seeds.index(seed) + 1}/{len(cfg.seeds)} seeds)")
     record = {"dataset": "perm-synthetic", "paper_dataset": "perm-synthetic", "is_substitute": False}
     convergence = pd.DataFrame(rows)
-    table = convergence.groupby("R")[["w_error", "alpha_error_l1", "own_group_mass_mean", "own_group_mass_min"]].mean()
     scale = f"N={cfg.num_clients}, d={cfg.dim}, lambda={cfg.lam:g}, {len(cfg.seeds)} seeds"
-    return StageResult(table, record, "perm-synthetic", scale,
-                       frames={"convergence": convergence, "shares": pd.DataFrame(shares)})
+    return StageResult(convergence_table(convergence), record, "perm-synthetic", scale,
+                       frames={"convergence": convergence, "shares": pd.DataFrame(shares)},
+                       extra={"snapshots": saved})
+
+
+def convergence_table(convergence: pd.DataFrame) -> pd.DataFrame:
+    """Theorem 1's table: the per-checkpoint errors and own-group masses, mean over seeds."""
+    return convergence.groupby("R")[["w_error", "alpha_error_l1", "own_group_mass_mean", "own_group_mass_min"]].mean()
+
+
+def _convergence_rows(cfg: PermAlphaConvergenceConfig, model, data: FederatedDataset, seed: int, snapshots: dict,
+                      w_star) -> tuple[list[dict], list[dict]]:
+    """One seed's rows (errors at each checkpoint R) and own-group shares at the last checkpoint."""
+    import torch
+
+    from ..algorithms.perm import mixing_weights
+    alpha_star = mixing_weights(model, w_star, data, cfg.lam, solver="exact")
+    rows, shares = [], []
+    for r, w in sorted(snapshots.items()):
+        alpha = mixing_weights(model, w, data, cfg.lam, solver="exact")
+        dist = torch.sqrt(sum(((w[k] - w_star[k]) ** 2).sum() for k in w))
+        own = own_group_mass(alpha, data.groups)
+        rows.append({"seed": seed, "R": r, "w_error": float(dist),
+                     "alpha_error_l1": float((alpha - alpha_star).abs().sum(1).mean()),
+                     "own_group_mass_mean": float(own.mean()), "own_group_mass_min": float(own.min())})
+        if r == max(cfg.checkpoints):
+            shares += [{"seed": seed, "client": j, "group": int(data.groups[j]), "own_group_mass": float(own[j])}
+                       for j in range(data.num_clients)]
+    return rows, shares
+
+
+def save_convergence_models(cfg: PermAlphaConvergenceConfig, result: StageResult, folder=None) -> list:
+    """Per seed, the FedAvg models w^R at every checkpoint R and w* (``pflkit.model_store``)."""
+    from .. import model_store
+    folder = model_store.models_dir(cfg) if folder is None else resolve(folder)
+    written = []
+    for seed, (snapshots, w_star) in result.snapshots.items():
+        tensors = {f"R{r}": w for r, w in sorted(snapshots.items())} | {"optimum": w_star}
+        written.append(model_store.save_tensors(folder, cfg.stage, f"seed{seed}", tensors, config=cfg.model_dump()))
+    model_store.write_index(folder, cfg.stage, cfg.model_dump())
+    return written
+
+
+def saved_convergence(cfg: PermAlphaConvergenceConfig, folder=None) -> pd.DataFrame:
+    """The Theorem 1 rows (``convergence``) recomputed from the saved models alone."""
+    from .. import model_store
+    folder = model_store.models_dir(cfg) if folder is None else resolve(folder)
+    device = resolve_device(cfg.device)
+    model = FunctionalModel(lambda: logistic((cfg.dim,), 2), device)
+    rows = []
+    for seed in cfg.seeds:
+        data = cfg.synthetic(seed).to(device)
+        saved = {k: {n: t.to(device) for n, t in w.items()}
+                 for k, w in model_store.tensors(folder / f"seed{seed}.pt").items()}
+        snapshots = {int(k[1:]): w for k, w in saved.items() if k.startswith("R")}
+        rows += _convergence_rows(cfg, model, data, seed, snapshots, saved["optimum"])[0]
+    return pd.DataFrame(rows)
 
 
 # --------------------------------------------------------------------------- Figs. 2 and 4: image curves
@@ -649,6 +734,19 @@ def save_alpha(result: StageResult, path, seed: int | None = None) -> None:
              seed=seed, dataset=result.data_label, scale=result.scale)
     with atomic_path(resolve(path)) as tmp:
         tmp.write_bytes(buf.getvalue())
+
+
+def matrix_frame(order, **matrices) -> pd.DataFrame:
+    """N x N matrices (alpha, label overlap, ...) in display ``order`` as a long table for a heat-map figure:
+    one row per (i, j) display position with the clients shown there and one column per matrix."""
+    import numpy as np
+    order = np.asarray(order)
+    n = len(order)
+    i, j = np.divmod(np.arange(n * n), n)
+    frame = {"i": i, "j": j, "client_i": order[i], "client_j": order[j]}
+    for name, m in matrices.items():
+        frame[name] = np.asarray(m, dtype=np.float64)[order][:, order].reshape(-1)
+    return pd.DataFrame(frame)
 
 
 def load_alpha(path) -> dict:

@@ -32,6 +32,7 @@ from ..config import (PositiveInt, Seed, Seeds, StageConfig, image_partition_pro
 from ..engine import FunctionalModel, resolve_device
 from ..eval import evaluate
 from ..models.width import EXTRACTIONS, masks_for, mlp_spec, num_parameters
+from ..paths import resolve
 from ..report import environment
 from ..runner import run_methods
 from .images import DatasetSection, dataset_record, image_federation, load_images
@@ -188,7 +189,8 @@ def cost_table(cfg: PermHeteroConfig, spec, fractions: list[float], mean_train_s
     return pd.DataFrame(rows)
 
 
-def hetero_experiment(cfg: PermHeteroConfig, show_progress: bool = True) -> StageResult:
+def _setup(cfg: PermHeteroConfig):
+    """(image data, width spec, model, client budgets, method factories, federation of a seed)."""
     device = resolve_device(cfg.device)
     img = load_images(cfg.dataset)
     spec = mlp_spec(img.shape, img.num_classes, hidden=tuple(cfg.hidden))
@@ -201,11 +203,11 @@ def hetero_experiment(cfg: PermHeteroConfig, show_progress: bool = True) -> Stag
         if seed not in datasets:
             datasets[seed] = image_federation(cfg, img, seed).to(device)
         return datasets[seed]
+    return img, spec, model, fractions, methods, data_for_seed
 
-    start = time.perf_counter()
-    states: dict = {}
-    history = run_methods(methods, data_for_seed, cfg.seeds, cfg.rounds, cfg.eval_every, show_progress, keep=states)
-    elapsed = time.perf_counter() - start
+
+def _client_rows(methods: dict, model, fractions: list[float], states: dict) -> list[dict]:
+    """Per method, seed and client: the personalized test accuracy and the trained parameter count."""
     rows = []
     for (name, seed), state in states.items():
         key = next(k for k, v in METHOD_NAMES.items() if v == name)
@@ -216,16 +218,34 @@ def hetero_experiment(cfg: PermHeteroConfig, show_progress: bool = True) -> Stag
         for j, r in enumerate(fractions):
             rows.append({"method": name, "seed": seed, "client": j, "budget": r, "accuracy": float(acc[j]),
                          "trained_params": int(nonzero[j]), "key": key})
+    return rows
+
+
+def group_table(clients: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per method, budget and seed: the mean client accuracy; the group table: its mean and sd over seeds per
+    budget group)."""
+    per_seed = clients.groupby(["method", "budget", "seed"], as_index=False)["accuracy"].mean()
+    groups = per_seed.groupby(["method", "budget"])["accuracy"].agg(["mean", "std"]).unstack("budget")
+    groups.columns = [f"r={b:g} acc_{stat}" for stat, b in groups.columns]
+    groups = groups[sorted(groups.columns, key=lambda c: (-float(c.split()[0][2:]), c))]
+    return per_seed, groups
+
+
+def hetero_experiment(cfg: PermHeteroConfig, show_progress: bool = True) -> StageResult:
+    img, spec, model, fractions, methods, data_for_seed = _setup(cfg)
+    device = model.device
+    start = time.perf_counter()
+    states: dict = {}
+    history = run_methods(methods, data_for_seed, cfg.seeds, cfg.rounds, cfg.eval_every, show_progress, keep=states)
+    elapsed = time.perf_counter() - start
+    rows = _client_rows(methods, model, fractions, states)
     from ..eval import majority_baseline
     for seed in cfg.seeds:
         acc = majority_baseline(data_for_seed(seed)).accuracy
         rows += [{"method": "Majority class", "seed": seed, "client": j, "budget": r, "accuracy": float(acc[j]),
                   "trained_params": 0, "key": "majority"} for j, r in enumerate(fractions)]
     clients = pd.DataFrame(rows)
-    per_seed = clients.groupby(["method", "budget", "seed"], as_index=False)["accuracy"].mean()
-    groups = per_seed.groupby(["method", "budget"])["accuracy"].agg(["mean", "std"]).unstack("budget")
-    groups.columns = [f"r={b:g} acc_{stat}" for stat, b in groups.columns]
-    groups = groups[sorted(groups.columns, key=lambda c: (-float(c.split()[0][2:]), c))]
+    per_seed, groups = group_table(clients)
     data = data_for_seed(cfg.seeds[0])
     costs = cost_table(cfg, spec, fractions, float(data.train_sizes.double().mean()))
     claim = check_claim(cfg, per_seed, clients, costs)
@@ -241,7 +261,30 @@ def hetero_experiment(cfg: PermHeteroConfig, show_progress: bool = True) -> Stag
     label = data.label
     return StageResult(groups, metrics, label, scale, run_info,
                        frames={"history": history, "groups": groups, "clients": clients, "costs": costs},
-                       extra={"claim": claim})
+                       extra={"claim": claim, "states": states})
+
+
+def save_models(cfg: PermHeteroConfig, result: StageResult, folder=None) -> list:
+    """Every run's final state (method x seed; the masks are the method's, rebuilt from the config)."""
+    from .. import model_store
+    from ..runner import data_digest
+    folder = model_store.models_dir(cfg) if folder is None else resolve(folder)
+    written = [model_store.save_state(folder, cfg.stage, method, seed, state, config=cfg.model_dump(),
+                                      data_digest=data_digest(state.data))
+               for (method, seed), state in sorted(result.states.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
+    model_store.write_index(folder, cfg.stage, cfg.model_dump())
+    return written
+
+
+def saved_groups(cfg: PermHeteroConfig, folder=None) -> pd.DataFrame:
+    """The per-budget-group accuracy table of the trained methods, from the saved states alone."""
+    from .. import model_store
+    folder = model_store.models_dir(cfg) if folder is None else resolve(folder)
+    _, _, model, fractions, methods, data_for_seed = _setup(cfg)
+    saved = model_store.saved_runs(folder)
+    states = {(name, seed): model_store.restore(methods[name](), data_for_seed(seed), saved[(name, seed)])
+              for seed in cfg.seeds for name in methods}
+    return group_table(pd.DataFrame(_client_rows(methods, model, fractions, states)))[1]
 
 
 def check_claim(cfg: PermHeteroConfig, per_seed: pd.DataFrame, clients: pd.DataFrame, costs: pd.DataFrame) -> dict:
