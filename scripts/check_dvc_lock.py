@@ -29,6 +29,11 @@ def stage_outputs(dvc_yaml: Path = ROOT / "dvc.yaml") -> set[str]:
     return paths
 
 
+def is_produced(path: str, produced: set[str]) -> bool:
+    """``path`` is a stage's output, or inside an output folder (models/perm_fig4/alpha.npz in models/perm_fig4)."""
+    return any(path == out or path.startswith(out.rstrip("/") + "/") for out in produced)
+
+
 def stale_stages(status: dict, produced: set[str] = frozenset()) -> dict[str, list[str]]:
     """stage -> what changed (deps, params, command), from ``dvc status --json``. Outputs are ignored,
     and so are dependencies that another stage ``produced`` (in DVC's cache, absent from a fresh
@@ -45,7 +50,7 @@ def stale_stages(status: dict, produced: set[str] = frozenset()) -> dict[str, li
                     continue
                 if isinstance(changes, dict):
                     what += [f"{kind}: {k} ({v if isinstance(v, str) else ', '.join(f'{p} {s}' for p, s in v.items())})"
-                             for k, v in changes.items() if not (kind == "changed deps" and k in produced)]
+                             for k, v in changes.items() if not (kind == "changed deps" and is_produced(k, produced))]
                 else:
                     what.append(f"{kind}: {changes}")
         if what:

@@ -4,6 +4,9 @@
 # As Fig. 5 (L = 10, gamma = 0.001, GD, d in {5, 100}) with alpha in {0, 0.5, 1, 10}, against the
 # Theta_{1:K} frontier with the same alpha. Expected: alpha shrinks the FedAvg curve but barely moves
 # the MAML curves (the cusp stays at the alpha = 0 one-shot Delta).
+#
+# This notebook computes and writes the results (`results/charles_fig10/`); the figure is drawn from
+# those files by `fig10_simulated_maml_alpha_plot`, so a figure change never recomputes.
 
 # %% tags=["parameters"]
 stage = "charles_fig10"
@@ -13,9 +16,8 @@ results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<s
 figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
-from pflkit import plotting, report
+from pflkit import report
 from pflkit.experiments import charles
-from pflkit.paths import resolve
 
 cfg = charles.CharlesFig10Config.from_namespace(globals())
 result = charles.simulated(cfg)
@@ -29,17 +31,5 @@ print(result.data_label, "|", result.scale)
 report.print_table(result.table)
 
 # %%
-plotting.use_style()
-frame = result.frame
-facet = "alpha"
-groups = list(frame.groupby(facet, sort=False)) if facet != "L_values" else [(None, frame)]
-fig, axes = plotting.plt.subplots(1, len(groups), figsize=(5.2 * len(groups), 4.6), squeeze=False)
-for ax, (key, part) in zip(axes[0], groups):
-    charles.plot_simulated(ax, part, title=None if key is None else f"{facet} = {key}")
-plotting.finish(fig, plotting.title("Charles & Konecny Fig. 10: simulated MAML (Theta_K) vs FedAvg (Theta_1:K)",
-                                    result.data_label, result.scale))
-figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig10_simulated_maml_alpha")
-
-# %%
-report.write_stage(cfg.results_dir, result.metrics, frontier=result.frame)
-print("wrote", [p.name for p in figure_files], "and", cfg.results_dir)
+report.write_result(cfg.results_dir, result, frontier=result.frame)
+print("wrote", cfg.results_dir)

@@ -17,6 +17,10 @@
 # loss of the server model on a fixed sample of pooled training examples. The parameters cell runs the
 # `smoke` profile (params.yaml `profiles.smoke`);
 # `dvc repro charles_fig12` runs params.yaml (with Shakespeare; the smoke run skips it to stay fast).
+#
+# This notebook trains and writes the results (`results/charles_fig12/`) and the final models of every grid
+# setting (`models/charles_fig12/`); the figure is drawn from those files by
+# `fig12_client_lr_fixed_eta_plot`, so a figure change never retrains.
 
 # %% tags=["parameters"]
 stage = "charles_fig12"
@@ -26,9 +30,8 @@ results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<s
 figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
-from pflkit import plotting, report
+from pflkit import report
 from pflkit.experiments import charles_nn
-from pflkit.paths import resolve
 
 cfg = charles_nn.CharlesFig12Config.from_namespace(globals())
 result = charles_nn.fig12(cfg)
@@ -49,17 +52,6 @@ for task, claim in result.metrics["claim_larger_gamma_faster_early_worse_final"]
           f" -> 'larger gamma: faster early, worse final' {'holds' if claim['holds'] else 'does NOT hold'}")
 
 # %%
-plotting.use_style()
-names = list(cfg.tasks)
-fig, axes = plotting.plt.subplots(1, len(names), figsize=(5.2 * len(names), 5.2), squeeze=False)
-for ax, name in zip(axes[0], names):
-    charles_nn.plot_loss_curves(ax, result.history[result.history["task"] == name], "gamma", title=result.labels[name])
-plotting.finish(fig, plotting.title(f"Charles & Konecny Fig. 12: training loss, eta = {cfg.eta:g}, alpha = 0, "
-                                    f"Theta_1:{cfg.local_steps}", ", ".join(result.labels.values()),
-                                    result.scale.replace("; ", "\n")))
-figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig12_client_lr_fixed_eta")
-
-# %%
-report.write_stage(cfg.results_dir, result.metrics, history=result.history, run_info=result.run_info,
-                   diverged=result.diverged)
-print("wrote", [p.name for p in figure_files], "and", cfg.results_dir)
+report.write_result(cfg.results_dir, result, diverged=result.diverged)
+models = charles_nn.save_models(cfg, result)
+print("wrote", cfg.results_dir, "and", len(models), "model file(s): every setting's final model, per task")

@@ -19,6 +19,10 @@
 # loss of the server model on a fixed sample of pooled training examples. The parameters cell runs the
 # `smoke` profile (params.yaml `profiles.smoke`);
 # `dvc repro charles_fig13` runs params.yaml (with Shakespeare; the smoke run skips it to stay fast).
+#
+# This notebook trains and writes the results (`results/charles_fig13/`) and the final models of every grid
+# setting (`models/charles_fig13/`); the figure is drawn from those files by
+# `fig13_client_lr_tuned_eta_plot`, so a figure change never retrains.
 
 # %% tags=["parameters"]
 stage = "charles_fig13"
@@ -28,9 +32,8 @@ results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<s
 figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
-from pflkit import plotting, report
+from pflkit import report
 from pflkit.experiments import charles_nn
-from pflkit.paths import resolve
 
 cfg = charles_nn.CharlesFig13Config.from_namespace(globals())
 result = charles_nn.fig13(cfg)
@@ -51,17 +54,6 @@ for task, claim in result.metrics["claim_larger_gamma_faster_early_worse_final"]
           f" -> 'larger gamma: faster early, worse final' {'holds' if claim['holds'] else 'does NOT hold'}")
 
 # %%
-plotting.use_style()
-names = list(cfg.tasks)
-fig, axes = plotting.plt.subplots(1, len(names), figsize=(5.2 * len(names), 5.2), squeeze=False)
-for ax, name in zip(axes[0], names):
-    charles_nn.plot_loss_curves(ax, result.history[result.history["task"] == name], "gamma", title=result.labels[name])
-plotting.finish(fig, plotting.title(f"Charles & Konecny Fig. 13: training loss, eta tuned per gamma, alpha = 0, "
-                                    f"Theta_1:{cfg.local_steps}", ", ".join(result.labels.values()),
-                                    result.scale.replace("; ", "\n")))
-figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig13_client_lr_tuned_eta")
-
-# %%
-report.write_stage(cfg.results_dir, result.metrics, history=result.history, run_info=result.run_info,
-                   diverged=result.diverged, grid=result.grid, tuned=result.tuned)
-print("wrote", [p.name for p in figure_files], "and", cfg.results_dir)
+report.write_result(cfg.results_dir, result, diverged=result.diverged, grid=result.grid, tuned=result.tuned)
+models = charles_nn.save_models(cfg, result)
+print("wrote", cfg.results_dir, "and", len(models), "model file(s): every setting's final model, per task")

@@ -8,6 +8,9 @@
 #
 # The parameters cell runs the `smoke` profile (a small grid); `dvc repro` runs the `charles_fig1` section
 # of params.yaml.
+#
+# This notebook computes and writes the results (`results/charles_fig1/`); the figure is drawn from
+# those files by `fig1_frontiers_gamma_and_K_plot`, so a figure change never recomputes.
 
 # %% tags=["parameters"]
 stage = "charles_fig1"
@@ -17,9 +20,8 @@ results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<s
 figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
-from pflkit import plotting, report
+from pflkit import report
 from pflkit.experiments import charles
-from pflkit.paths import resolve
 
 cfg = charles.CharlesFig1Config.from_namespace(globals())
 result = charles.fig1(cfg)
@@ -33,14 +35,5 @@ print(result.data_label, "|", result.scale)
 report.print_table(result.table)
 
 # %%
-plotting.use_style()
-fig, axes = plotting.plt.subplots(1, 2, figsize=(11, 4.5))
-for ax, (panel, part) in zip(axes, result.frame.groupby("panel", sort=False)):
-    charles.plot_curves(ax, part.assign(L=part["L"].map("L = {:g}".format)), hue="L", title=panel)
-plotting.finish(fig, plotting.title("Charles & Konecny Fig. 1: Pareto frontiers (Theta_1:K, alpha = 0, GD)",
-                                    result.data_label, result.scale))
-figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig1_frontiers_gamma_and_K")
-
-# %%
-report.write_stage(cfg.results_dir, result.metrics, frontier=result.frame)
-print("wrote", [p.name for p in figure_files], "and", cfg.results_dir)
+report.write_result(cfg.results_dir, result, frontier=result.frame)
+print("wrote", cfg.results_dir)

@@ -4,6 +4,9 @@
 # mu = 1, L = 10, Theta_{1:K}, gamma = 1/(2(L + alpha)), ServerOpt = GD, alpha in {0, 0.5, 1, 5},
 # K in [1, 1e6]. Expected: each alpha > 0 frontier is a subset of the alpha = 0 frontier
 # (`distance_to_alpha0_frontier` ~ 0) that stops further from rho = 0 as alpha grows.
+#
+# This notebook computes and writes the results (`results/charles_fig3/`); the figure is drawn from
+# those files by `fig3_proximal_plot`, so a figure change never recomputes.
 
 # %% tags=["parameters"]
 stage = "charles_fig3"
@@ -13,9 +16,8 @@ results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<s
 figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
-from pflkit import plotting, report
+from pflkit import report
 from pflkit.experiments import charles
-from pflkit.paths import resolve
 
 cfg = charles.CharlesFig3Config.from_namespace(globals())
 result = charles.fig3(cfg)
@@ -29,14 +31,5 @@ print(result.data_label, "|", result.scale)
 report.print_table(result.table)
 
 # %%
-plotting.use_style()
-fig, ax = plotting.plt.subplots(figsize=(5.5, 4.5))
-frame = result.frame.assign(alpha=result.frame["alpha"].map("alpha = {:g}".format))
-charles.plot_curves(ax, frame, hue="alpha")
-plotting.finish(fig, plotting.title("Charles & Konecny Fig. 3: proximal updates (Theta_1:K, GD)",
-                                    result.data_label, result.scale))
-figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig3_proximal")
-
-# %%
-report.write_stage(cfg.results_dir, result.metrics, frontier=result.frame)
-print("wrote", [p.name for p in figure_files], "and", cfg.results_dir)
+report.write_result(cfg.results_dir, result, frontier=result.frame)
+print("wrote", cfg.results_dir)

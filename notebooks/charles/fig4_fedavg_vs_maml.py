@@ -4,6 +4,9 @@
 # mu = 1, L = 10, alpha = 0: Theta_{1:K} with gamma = 0.001 (bound 11) and Theta_K with
 # gamma = 1/(2LK) (bound 13, inside Lemma 4's range), K in [1, 1e6], three ServerOpts. Expected: the
 # Theta_K frontier is a subset of the Theta_{1:K} frontier (`maml_distance_to_fedavg` ~ 0).
+#
+# This notebook computes and writes the results (`results/charles_fig4/`); the figure is drawn from
+# those files by `fig4_fedavg_vs_maml_plot`, so a figure change never recomputes.
 
 # %% tags=["parameters"]
 stage = "charles_fig4"
@@ -13,9 +16,8 @@ results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<s
 figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
-from pflkit import plotting, report
+from pflkit import report
 from pflkit.experiments import charles
-from pflkit.paths import resolve
 
 cfg = charles.CharlesFig4Config.from_namespace(globals())
 result = charles.fig4(cfg)
@@ -29,13 +31,5 @@ print(result.data_label, "|", result.scale)
 report.print_table(result.table)
 
 # %%
-plotting.use_style()
-fig, ax = plotting.plt.subplots(figsize=(6.5, 5))
-charles.plot_curves(ax, result.frame, hue="ServerOpt", style="method")
-plotting.finish(fig, plotting.title("Charles & Konecny Fig. 4: FedAvg (Theta_1:K) vs MAML (Theta_K)",
-                                    result.data_label, result.scale))
-figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig4_fedavg_vs_maml")
-
-# %%
-report.write_stage(cfg.results_dir, result.metrics, frontier=result.frame)
-print("wrote", [p.name for p in figure_files], "and", cfg.results_dir)
+report.write_result(cfg.results_dir, result, frontier=result.frame)
+print("wrote", cfg.results_dir)

@@ -7,6 +7,9 @@
 # Compared with the analytic Theta_{1:K} (FedAvg) frontier. Expected: the d = 100 MAML curve has a cusp
 # (its smallest rho) at the Delta where the FedAvg curve meets the Delta axis (one-shot averaging):
 # `cusp_delta` vs `one_shot_delta` in the table, and their `abs_difference`.
+#
+# This notebook computes and writes the results (`results/charles_fig5/`); the figure is drawn from
+# those files by `fig5_simulated_maml_plot`, so a figure change never recomputes.
 
 # %% tags=["parameters"]
 stage = "charles_fig5"
@@ -16,9 +19,8 @@ results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<s
 figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
-from pflkit import plotting, report
+from pflkit import report
 from pflkit.experiments import charles
-from pflkit.paths import resolve
 
 cfg = charles.CharlesFig5Config.from_namespace(globals())
 result = charles.simulated(cfg)
@@ -32,17 +34,5 @@ print(result.data_label, "|", result.scale)
 report.print_table(result.table)
 
 # %%
-plotting.use_style()
-frame = result.frame
-facet = "L_values"
-groups = list(frame.groupby(facet, sort=False)) if facet != "L_values" else [(None, frame)]
-fig, axes = plotting.plt.subplots(1, len(groups), figsize=(5.2 * len(groups), 4.6), squeeze=False)
-for ax, (key, part) in zip(axes[0], groups):
-    charles.plot_simulated(ax, part, title=None if key is None else f"{facet} = {key}")
-plotting.finish(fig, plotting.title("Charles & Konecny Fig. 5: simulated MAML (Theta_K) vs FedAvg (Theta_1:K)",
-                                    result.data_label, result.scale))
-figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig5_simulated_maml")
-
-# %%
-report.write_stage(cfg.results_dir, result.metrics, frontier=result.frame)
-print("wrote", [p.name for p in figure_files], "and", cfg.results_dir)
+report.write_result(cfg.results_dir, result, frontier=result.frame)
+print("wrote", cfg.results_dir)

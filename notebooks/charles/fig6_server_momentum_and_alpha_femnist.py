@@ -6,9 +6,8 @@
 # heavy-ball momentum (beta = 0.9). Right: no momentum and varying proximal strength alpha. Every curve
 # uses its own tuned (gamma, eta): all grid settings of all curves run batched, and the pair with the
 # best mean test accuracy over the last evaluations is kept (App. E.3; the paper tunes both on
-# {1e-3, 1e-2.5, ..., 10} and averages the last 100 rounds). Fig. 11 re-plots the same experiment; this
-# stage writes both (Fig. 11 adds the tuned curves' test loss). The "alpha = 0" curve is the
-# "no momentum" run (not recomputed).
+# {1e-3, 1e-2.5, ..., 10} and averages the last 100 rounds). Fig. 11 re-plots the same experiment (it adds
+# the tuned curves' test loss). The "alpha = 0" curve is the "no momentum" run (not recomputed).
 # Paper's claims: server momentum improves convergence; alpha has little to no effect once learning
 # rates are tuned (matching the quadratic frontiers of Figs. 2 and 3).
 #
@@ -18,6 +17,10 @@
 # dropout layers (0.25, 0.5) and is evaluated without. The parameters cell runs the `smoke` profile
 # (params.yaml `profiles.smoke`); `dvc repro charles_fig6`
 # runs params.yaml.
+#
+# This notebook trains and writes the results (`results/charles_fig6/`) and the final models of every grid
+# setting (`models/charles_fig6/`); both figures are drawn from those files by
+# `fig6_server_momentum_and_alpha_femnist_plot`, so a figure change never retrains.
 
 # %% tags=["parameters"]
 stage = "charles_fig6"
@@ -27,9 +30,8 @@ results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<s
 figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
-from pflkit import plotting, report
+from pflkit import report
 from pflkit.experiments import charles_nn
-from pflkit.paths import resolve
 
 cfg = charles_nn.CharlesFig6Config.from_namespace(globals())
 result = charles_nn.fig6(cfg)
@@ -54,32 +56,6 @@ if "alpha_spread_final_accuracy" in claims:
     print(f"alpha: spread of final accuracy across alphas = {claims['alpha_spread_final_accuracy']:.3f}")
 
 # %%
-plotting.use_style()
-label = result.labels["femnist"]
-acc = result.history[result.history["metric"] == "test_accuracy"]
-panels = [("server", "ServerOpt (alpha = 0)"), ("alpha", "alpha (no momentum)")]
-fig, axes = plotting.plt.subplots(1, 2, figsize=(11, 4.2))
-for ax, (panel, name) in zip(axes, panels):
-    charles_nn.plot_loss_curves(ax, acc[acc["panel"] == panel], "variant", title=name, metric="test_accuracy",
-                                ylabel="test accuracy (fraction correct)")
-plotting.finish(fig, plotting.title(f"Charles & Konecny Fig. 6: LocalUpdate Theta_1:{cfg.local_steps}, "
-                                    "tuned gamma and eta",
-                                    label, result.scale))
-figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig6_server_momentum_and_alpha_femnist")
-
-# %%
-fig, axes = plotting.plt.subplots(2, 2, figsize=(11, 8))
-for col, (panel, name) in enumerate(panels):
-    sub = result.history[result.history["panel"] == panel]
-    charles_nn.plot_loss_curves(axes[0, col], sub, "variant", title=name, metric="test_accuracy",
-                                ylabel="test accuracy (fraction correct)")
-    charles_nn.plot_loss_curves(axes[1, col], sub, "variant", metric="test_loss",
-                                ylabel="test loss (cross-entropy, nats)")
-plotting.finish(fig, plotting.title("Charles & Konecny Fig. 11 (re-plot of Fig. 6 with test loss)", label,
-                                    result.scale))
-figure_files += plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig11_server_momentum_and_alpha_femnist")
-
-# %%
-report.write_stage(cfg.results_dir, result.metrics, history=result.history, run_info=result.run_info,
-                   grid=result.grid, tuned=result.tuned, diverged=result.diverged)
-print("wrote", [p.name for p in figure_files], "and", cfg.results_dir)
+report.write_result(cfg.results_dir, result, grid=result.grid, tuned=result.tuned, diverged=result.diverged)
+models = charles_nn.save_models(cfg, result)
+print("wrote", cfg.results_dir, "and", len(models), "model file(s): every setting's final model, per task")

@@ -3,6 +3,9 @@
 #
 # As Fig. 5 (L = 10, gamma = 0.001, alpha = 0, d in {5, 100}) with ServerOpt = GD with no momentum,
 # Nesterov or heavy-ball momentum, each against the Theta_{1:K} frontier with the same ServerOpt.
+#
+# This notebook computes and writes the results (`results/charles_fig8/`); the figure is drawn from
+# those files by `fig8_simulated_maml_momentum_plot`, so a figure change never recomputes.
 
 # %% tags=["parameters"]
 stage = "charles_fig8"
@@ -12,9 +15,8 @@ results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<s
 figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
-from pflkit import plotting, report
+from pflkit import report
 from pflkit.experiments import charles
-from pflkit.paths import resolve
 
 cfg = charles.CharlesFig8Config.from_namespace(globals())
 result = charles.simulated(cfg)
@@ -28,17 +30,5 @@ print(result.data_label, "|", result.scale)
 report.print_table(result.table)
 
 # %%
-plotting.use_style()
-frame = result.frame
-facet = "ServerOpt"
-groups = list(frame.groupby(facet, sort=False)) if facet != "L_values" else [(None, frame)]
-fig, axes = plotting.plt.subplots(1, len(groups), figsize=(5.2 * len(groups), 4.6), squeeze=False)
-for ax, (key, part) in zip(axes[0], groups):
-    charles.plot_simulated(ax, part, title=None if key is None else f"{facet} = {key}")
-plotting.finish(fig, plotting.title("Charles & Konecny Fig. 8: simulated MAML (Theta_K) vs FedAvg (Theta_1:K)",
-                                    result.data_label, result.scale))
-figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig8_simulated_maml_momentum")
-
-# %%
-report.write_stage(cfg.results_dir, result.metrics, frontier=result.frame)
-print("wrote", [p.name for p in figure_files], "and", cfg.results_dir)
+report.write_result(cfg.results_dir, result, frontier=result.frame)
+print("wrote", cfg.results_dir)

@@ -4,6 +4,9 @@
 # mu = 1, L = 10, gamma = 1e-7, Theta_K with K in [1, 1e6] (kept inside gamma < 1/(KL + alpha)),
 # ServerOpt = GD, several alpha (the paper does not list them; params.yaml uses Fig. 3's). Expected:
 # alpha changes how much of the frontier is traversed, not its shape (curves overlap).
+#
+# This notebook computes and writes the results (`results/charles_fig9/`); the figure is drawn from
+# those files by `fig9_proximal_maml_plot`, so a figure change never recomputes.
 
 # %% tags=["parameters"]
 stage = "charles_fig9"
@@ -13,9 +16,8 @@ results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<s
 figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
-from pflkit import plotting, report
+from pflkit import report
 from pflkit.experiments import charles
-from pflkit.paths import resolve
 
 cfg = charles.CharlesFig9Config.from_namespace(globals())
 result = charles.fig9(cfg)
@@ -29,18 +31,5 @@ print(result.data_label, "|", result.scale)
 report.print_table(result.table)
 
 # %%
-plotting.use_style()
-fig, ax = plotting.plt.subplots(figsize=(5.5, 4.5))
-frame = result.frame.assign(alpha=result.frame["alpha"].map("alpha = {:g}".format))
-widths = {a: w for a, w in zip(frame["alpha"].unique(), [6, 4, 2.5, 1])}
-for a, part in frame.groupby("alpha", sort=False):
-    ax.plot(part["rho"], part["delta"], linewidth=widths[a], label=a)
-ax.legend(fontsize=8)
-charles.frontier_axes(ax)
-plotting.finish(fig, plotting.title("Charles & Konecny Fig. 9: proximal MAML (Theta_K, gamma = 1e-7, GD)",
-                                    result.data_label, result.scale))
-figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig9_proximal_maml")
-
-# %%
-report.write_stage(cfg.results_dir, result.metrics, frontier=result.frame)
-print("wrote", [p.name for p in figure_files], "and", cfg.results_dir)
+report.write_result(cfg.results_dir, result, frontier=result.frame)
+print("wrote", cfg.results_dir)

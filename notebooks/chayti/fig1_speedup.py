@@ -13,6 +13,9 @@
 #
 # The parameters cell runs the small **smoke** profile (what nbval runs). `dvc repro` runs the `chayti_fig1`
 # section of params.yaml and writes the executed copy to reports/chayti/.
+#
+# This notebook simulates and writes the results (`results/chayti_fig1/`); the figure is drawn from
+# those files by `fig1_speedup_plot`, so a figure change never re-runs the simulation.
 
 # %% tags=["parameters"]
 stage = "chayti_fig1"
@@ -22,16 +25,8 @@ results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<s
 figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
-from pathlib import Path
-
-import numpy as np
-import seaborn as sns
-from matplotlib.colors import LogNorm
-
-from pflkit import plotting, report
+from pflkit import report
 from pflkit.experiments import chayti
-from pflkit.paths import resolve
-from pflkit.theory import speedup as theory
 
 cfg = chayti.ChaytiFig1Config.from_namespace(globals())
 result = chayti.fig1_speedup(cfg)
@@ -46,35 +41,5 @@ print(result.data_label, "|", result.scale)
 report.print_table(result.table)
 
 # %%
-plotting.use_style()
-fig, (ax_map, ax_check) = plotting.plt.subplots(1, 2, figsize=(12, 4.6))
-n_grid, tau_grid, speedup = result.extra["n_grid"], result.extra["tau_grid"], result.extra["speedup"]
-mesh = ax_map.pcolormesh(tau_grid, n_grid, speedup, norm=LogNorm(vmin=1, vmax=speedup.max()), shading="auto",
-                         cmap="viridis", rasterized=True)
-levels = [lv for lv in (1.1, 2, 5, 10, 50, 100, 500) if lv < speedup.max()]
-contours = ax_map.contour(tau_grid, n_grid, speedup, levels=levels, colors="white", linewidths=0.8)
-ax_map.clabel(contours, fmt="%g", fontsize=8)
-ax_map.set(xscale="log", yscale="log", xlabel="cumulative bias tau = mu T zeta^2 / (L sigma^2)",
-           ylabel="number of collaborators N")
-fig.colorbar(mesh, ax=ax_map, label="speedup S(N, tau) over training alone")
-ax_map.set_title("(a) S(N, tau) = 1 + N / (1 + N tau)")
-
-taus = np.logspace(np.log10(min(cfg.check_tau)) - 1, np.log10(max(cfg.check_tau)) + 1, 200)
-palette = sns.color_palette("colorblind", len(cfg.check_n))
-for color, n in zip(palette, cfg.check_n):
-    ax_check.plot(taus, theory.wga_speedup(n, taus), color=color, label=f"N={n}: theory")
-    sub = result.table[result.table["N"] == n]
-    ax_check.errorbar(sub["tau"], sub["speedup_measured"], yerr=2 * sub["speedup_se"], fmt="o", color=color,
-                      capsize=3, label=f"N={n}: simulated WGA(a*) (±2 SE)")
-ax_check.set(xscale="log", yscale="log", xlabel="cumulative bias tau",
-             ylabel="speedup (Alone loss / WGA(a*) loss)")
-ax_check.set_title(f"(b) simulated check, eta={cfg.check_eta}, {cfg.check_runs} runs per point")
-ax_check.legend(fontsize=7)
-plotting.finish(fig, plotting.title("Chayti Fig. 1: WGA speedup over training alone", result.data_label,
-                                    result.scale))
-figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig1_speedup")
-
-# %%
-report.write_stage(cfg.results_dir, result.metrics, check=result.table,
-                   heatmap=result.curves)
-print("wrote", [str(Path(p).name) for p in figure_files], "and", cfg.results_dir)
+report.write_result(cfg.results_dir, result, check=result.table, heatmap=result.curves)
+print("wrote", cfg.results_dir)

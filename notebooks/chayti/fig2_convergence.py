@@ -16,6 +16,9 @@
 # from the results.
 #
 # The parameters cell runs the small **smoke** profile (what nbval runs); `dvc repro` runs `chayti_fig2`.
+#
+# This notebook simulates and writes the results (`results/chayti_fig2/`); the figure is drawn from
+# those files by `fig2_convergence_plot`, so a figure change never re-runs the simulation.
 
 # %% tags=["parameters"]
 stage = "chayti_fig2"
@@ -25,11 +28,8 @@ results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<s
 figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
-from pathlib import Path
-
-from pflkit import plotting, report
+from pflkit import report
 from pflkit.experiments import chayti
-from pflkit.paths import resolve
 
 cfg = chayti.ChaytiFig2Config.from_namespace(globals())
 result = chayti.fig2_convergence(cfg)
@@ -51,19 +51,5 @@ for label, claim in result.metrics["claims"].items():
 report.print_measured(cfg, chayti.describe_fig2, result.metrics, result.scale)
 
 # %%
-plotting.use_style()
-fig, axes = plotting.plt.subplots(1, len(cfg.panels), figsize=(6 * len(cfg.panels), 4.4), squeeze=False)
-for ax, panel in zip(axes[0], cfg.panels):
-    curves = result.curves[result.curves["panel"] == panel.label]
-    etas = result.table[result.table["panel"] == panel.label].set_index("label")["eta"]
-    chayti.loss_axes(ax, curves.assign(label=curves["label"].map(lambda m, etas=etas: f"{m} (eta={etas[m]:g})")))
-    ax.set_title(panel.label, fontsize=10)
-    ax.legend(fontsize=7, title="solid: mean, band: 10-90% of runs, dashed: exact", title_fontsize=7)
-plotting.finish(fig, plotting.title("Chayti Fig. 2: Alone vs WGA vs BC (eta tuned for Alone and WGA)",
-                                    result.data_label, result.scale))
-figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig2_convergence")
-
-# %%
-report.write_stage(cfg.results_dir, result.metrics, curves=result.curves, final=result.table,
-                   tuning=result.extra["tuning"])
-print("wrote", [str(Path(p).name) for p in figure_files], "and", cfg.results_dir)
+report.write_result(cfg.results_dir, result, curves=result.curves, final=result.table, tuning=result.tuning)
+print("wrote", cfg.results_dir)

@@ -9,6 +9,9 @@
 # dotted grey: the paper-level floor a^2 b sigma^2 / 2 (an order of magnitude, not exact).
 #
 # The parameters cell runs the small **smoke** profile (what nbval runs); `dvc repro` runs `chayti_fig3`.
+#
+# This notebook simulates and writes the results (`results/chayti_fig3/`); the figure is drawn from
+# those files by `fig3_bc_zeta_plot`, so a figure change never re-runs the simulation.
 
 # %% tags=["parameters"]
 stage = "chayti_fig3"
@@ -18,11 +21,8 @@ results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<s
 figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
-from pathlib import Path
-
-from pflkit import plotting, report
+from pflkit import report
 from pflkit.experiments import chayti
-from pflkit.paths import resolve
 
 cfg = chayti.ChaytiFig3Config.from_namespace(globals())
 result = chayti.fig3_bc_heterogeneity(cfg)
@@ -40,16 +40,5 @@ print("largest pairwise difference of tail losses:", claims["max_pairwise_tail_d
 print("steps until the mean loss stays below 2x the floor:", claims["steps_to_2x_floor"])
 
 # %%
-plotting.use_style()
-fig, ax = plotting.plt.subplots(figsize=(7.5, 4.6))
-chayti.loss_axes(ax, result.curves)
-ax.axhline(result.table["paper_floor"].iloc[0], color="0.4", linestyle=":", linewidth=1,
-           label="a^2 b sigma^2 / 2 (paper-level floor)")
-ax.legend(fontsize=7, title="solid: mean, band: 10-90% of runs, dashed: exact", title_fontsize=7)
-plotting.finish(fig, plotting.title(f"Chayti Fig. 3: BC for several zeta (eta={cfg.eta}, a={cfg.a}, b={cfg.b})",
-                                    result.data_label, result.scale))
-figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig3_bc_zeta")
-
-# %%
-report.write_stage(cfg.results_dir, result.metrics, curves=result.curves, final=result.table)
-print("wrote", [str(Path(p).name) for p in figure_files], "and", cfg.results_dir)
+report.write_result(cfg.results_dir, result, curves=result.curves, final=result.table)
+print("wrote", cfg.results_dir)

@@ -8,6 +8,9 @@
 # dotted: the floor a^2 zeta^2 / (2 mu) for each zeta (mu = 1).
 #
 # The parameters cell runs the small **smoke** profile (what nbval runs); `dvc repro` runs `chayti_fig4`.
+#
+# This notebook simulates and writes the results (`results/chayti_fig4/`); the figure is drawn from
+# those files by `fig4_wga_zeta_plot`, so a figure change never re-runs the simulation.
 
 # %% tags=["parameters"]
 stage = "chayti_fig4"
@@ -17,11 +20,8 @@ results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<s
 figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
-from pathlib import Path
-
-from pflkit import plotting, report
+from pflkit import report
 from pflkit.experiments import chayti
-from pflkit.paths import resolve
 
 cfg = chayti.ChaytiFig4Config.from_namespace(globals())
 result = chayti.fig4_wga_heterogeneity(cfg)
@@ -40,18 +40,5 @@ print("log-log slope of the tail loss vs zeta (bias-dominated zetas):",
 print("tail loss / (a^2 zeta^2 / 2):", {k: round(v, 3) for k, v in claims["tail_over_paper_floor"].items()})
 
 # %%
-plotting.use_style()
-fig, ax = plotting.plt.subplots(figsize=(7.5, 4.6))
-chayti.loss_axes(ax, result.curves)
-for i, row in result.table.iterrows():
-    ax.axhline(row["paper_floor"], color=plotting.plt.rcParams["axes.prop_cycle"].by_key()["color"][i % 10],
-               linestyle=":", linewidth=1)
-ax.plot([], [], color="0.4", linestyle=":", label="a^2 zeta^2 / 2 (floor per zeta)")
-ax.legend(fontsize=7, title="solid: mean, band: 10-90% of runs, dashed: exact", title_fontsize=7)
-plotting.finish(fig, plotting.title(f"Chayti Fig. 4: WGA for several zeta (eta={cfg.eta}, a={cfg.a})",
-                                    result.data_label, result.scale))
-figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig4_wga_zeta")
-
-# %%
-report.write_stage(cfg.results_dir, result.metrics, curves=result.curves, final=result.table)
-print("wrote", [str(Path(p).name) for p in figure_files], "and", cfg.results_dir)
+report.write_result(cfg.results_dir, result, curves=result.curves, final=result.table)
+print("wrote", cfg.results_dir)

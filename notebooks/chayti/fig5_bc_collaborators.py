@@ -9,6 +9,9 @@
 # dotted grey: the paper-level floor a^2 b sigma^2 / 2.
 #
 # The parameters cell runs the small **smoke** profile (what nbval runs); `dvc repro` runs `chayti_fig5`.
+#
+# This notebook simulates and writes the results (`results/chayti_fig5/`); the figure is drawn from
+# those files by `fig5_bc_collaborators_plot`, so a figure change never re-runs the simulation.
 
 # %% tags=["parameters"]
 stage = "chayti_fig5"
@@ -18,11 +21,8 @@ results_dir = None  # None: build/<profile>/<stage>; dvc repro passes results/<s
 figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
-from pathlib import Path
-
-from pflkit import plotting, report
+from pflkit import report
 from pflkit.experiments import chayti
-from pflkit.paths import resolve
 
 cfg = chayti.ChaytiFig5Config.from_namespace(globals())
 result = chayti.fig5_bc_collaborators(cfg)
@@ -40,16 +40,5 @@ print("tail loss ratio between consecutive N:",
       {k: round(v, 3) for k, v in claims["tail_ratio_between_consecutive_N"].items()})
 
 # %%
-plotting.use_style()
-fig, ax = plotting.plt.subplots(figsize=(7.5, 4.6))
-chayti.loss_axes(ax, result.curves)
-ax.axhline(result.table["paper_floor"].iloc[0], color="0.4", linestyle=":", linewidth=1,
-           label="a^2 b sigma^2 / 2 (paper-level floor)")
-ax.legend(fontsize=7, title="solid: mean, band: 10-90% of runs, dashed: exact", title_fontsize=7)
-plotting.finish(fig, plotting.title(f"Chayti Fig. 5: BC for several N (eta={cfg.eta}, a={cfg.a}, b={cfg.b})",
-                                    result.data_label, result.scale))
-figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig5_bc_collaborators")
-
-# %%
-report.write_stage(cfg.results_dir, result.metrics, curves=result.curves, final=result.table)
-print("wrote", [str(Path(p).name) for p in figure_files], "and", cfg.results_dir)
+report.write_result(cfg.results_dir, result, curves=result.curves, final=result.table)
+print("wrote", cfg.results_dir)

@@ -23,6 +23,7 @@ result = report.read_result(cfg.results_dir)
 print(result.data_label, "|", result.scale)
 
 # %%
-fig = plotting.accuracy_loss_figure(result.history, "PERM Fig. 4: personalized accuracy and loss", result.data_label, result.scale)
+fig = plotting.accuracy_loss_figure(result.history, "PERM Fig. 4: personalized accuracy and loss", result.data_label,
+                                    result.scale)
 figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig4_emnist")
 print("wrote", [p.name for p in figure_files])

@@ -31,6 +31,9 @@ DEFAULT_PROFILE = "default"
 PROFILES_KEY = "profiles"
 #: environment variable naming the params file a notebook reads (the stage runner sets it)
 PARAMS_ENV = "PFLKIT_PARAMS"
+#: set (to 1) by the stage runner for the default profile: the stage must read its data from data/prepared/
+#: (the data stages' DVC outputs), never from the sources (pflkit.data.prepared)
+REQUIRE_PREPARED_ENV = "PFLKIT_REQUIRE_PREPARED"
 
 
 class ConfigError(ValueError):

@@ -22,7 +22,7 @@ from typing import Iterator
 
 import yaml
 
-from .config import DEFAULT_PROFILE, PARAMS_ENV, ConfigError, load_params, validate_stage
+from .config import DEFAULT_PROFILE, PARAMS_ENV, REQUIRE_PREPARED_ENV, ConfigError, load_params, validate_stage
 from .paths import project_root
 
 KERNEL = "pflkit"
@@ -231,7 +231,7 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
     - ``PFLKIT_PARAMS`` (:data:`pflkit.config.PARAMS_ENV`): the params file validated here, which the
       notebook's ``from_namespace`` reads (the injected parameters name stage, profile ``default`` and
       the output folders; every other value comes from that file).
-    - ``PFLKIT_REQUIRE_PREPARED`` (:data:`pflkit.data.prepared.REQUIRE_ENV`): 1 for the default profile,
+    - ``PFLKIT_REQUIRE_PREPARED`` (:data:`pflkit.config.REQUIRE_PREPARED_ENV`): 1 for the default profile,
       whose stages must read their data from data/prepared/ (the data stages' outputs DVC tracks).
     """
     import nbformat
@@ -280,11 +280,10 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
     print(f"{stage}: running {twin.relative_to(root)} ...", file=sys.stderr, flush=True)
     echo = _ProgressEcho(progress, stage, start)
     try:
-        from .data.prepared import REQUIRE_ENV
         with _environ({PROGRESS_ENV: str(progress), TWIN_SHA256_ENV: hashlib.sha256(code).hexdigest(),
                        PARAMS_ENV: str(root / params_file),
                        # the pipeline's stages read data only from the data stages' outputs (DVC deps)
-                       REQUIRE_ENV: "1" if profile == DEFAULT_PROFILE else "0"}):
+                       REQUIRE_PREPARED_ENV: "1" if profile == DEFAULT_PROFILE else "0"}):
             echo.start()
             try:
                 # the notebook reads its values from params.yaml (the profile's); the runner names the

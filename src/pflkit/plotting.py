@@ -141,7 +141,8 @@ def save_figure(fig, stem: str | Path, formats=FORMATS) -> list[Path]:
     return paths
 
 
-__all__ = ["FigureConfig", "configure", "band", "use_style", "title", "finish", "accuracy_loss_figure", "plot_curves", "save_figure", "plt",
+__all__ = ["FigureConfig", "configure", "band", "use_style", "title", "finish", "accuracy_loss_figure", "plot_curves",
+           "save_figure", "plt",
            "METHOD_STYLES", "method_styles", "method_palette"]
 
 

@@ -21,8 +21,9 @@ def _smoke(stage: str):
 
 def _assert_exactly(saved: pd.DataFrame, recorded: pd.DataFrame):
     assert list(saved.index) == list(recorded.index) and list(saved.columns) == list(recorded.columns)
+    both_nan = saved.isna() & recorded.isna()
     diff = [(r, c, saved.loc[r, c], recorded.loc[r, c]) for r in saved.index for c in saved.columns
-            if not saved.loc[r, c] == recorded.loc[r, c] and not (pd.isna(saved.loc[r, c]) and pd.isna(recorded.loc[r, c]))]
+            if not saved.loc[r, c] == recorded.loc[r, c] and not both_nan.loc[r, c]]
     assert not diff, diff[:5]
 
 

@@ -107,7 +107,8 @@ def test_failing_notebook_removes_partial_outputs(tmp_path):
     (proj / "results/perm_fig1").mkdir(parents=True)
     (proj / "results/perm_fig1/metrics.json").write_text("{stale}")
     twin = proj / TWIN  # the stage executes the twin
-    twin.write_text(twin.read_text().replace("report.write_result(", "raise RuntimeError('boom'); report.write_result("))
+    twin.write_text(twin.read_text().replace("report.write_result(",
+                                             "raise RuntimeError('boom'); report.write_result("))
     out = _run([sys.executable, "-m", "pflkit", "stage", STAGE, NOTEBOOK], proj, check=False)
     assert out.returncode != 0 and "boom" in out.stderr + out.stdout
     assert not (proj / "results/perm_fig1/metrics.json").exists()
@@ -188,7 +189,8 @@ def test_reproduce_runs_a_profile_under_build_records_its_runtime_and_writes_its
     (proj / "scripts").mkdir()
     for script in ("claims.py", "dvc_stages.py"):
         shutil.copy(ROOT / "scripts" / script, proj / "scripts" / script)
-    (proj / "src/pflkit").mkdir(parents=True, exist_ok=True)  # the ledger reads the stage table from the project's source
+    # the ledger reads the stage table from the project's source
+    (proj / "src/pflkit").mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / "src/pflkit/stages.py", proj / "src/pflkit/stages.py")
     claims = [c for c in yaml.safe_load((ROOT / "claims.yaml").read_text()) if c["stage"] == STAGE]
     (proj / "claims.yaml").write_text(yaml.safe_dump(claims))
@@ -278,7 +280,8 @@ def test_new_dataset_files_re_run_the_data_stage_and_every_stage_that_reads_it(t
     smoke = params["profiles"]["smoke"][stage]
     section = {**params[stage], **smoke, "device": "cpu", "pool_size": 600, "methods": ["local", "perm"],
                "alpha_file": "models/perm_fig4/alpha.npz",
-               "dataset": {"name": "femnist", "substitute": "fashion-mnist", "allow_download": False, "root": "data/raw"}}
+               "dataset": {"name": "femnist", "substitute": "fashion-mnist", "allow_download": False,
+                           "root": "data/raw"}}
     (proj / "params.yaml").write_text(yaml.safe_dump({"defaults": params["defaults"], "data": params["data"],
                                                       stage: section}))
     _run(["git", "init", "-q"], proj)

@@ -31,4 +31,6 @@ def test_a_dependency_produced_by_another_stage_may_be_missing():
     status = {"perm_fig5": [{"changed deps": {"models/perm_fig4/alpha.npz": "deleted"}}]}
     assert check.stale_stages(status, {"models/perm_fig4/alpha.npz"}) == {}
     assert check.stale_stages(status) != {}
-    assert "models/perm_fig4/alpha.npz" in check.stage_outputs()
+    assert check.is_produced("models/perm_fig4/alpha.npz", check.stage_outputs())  # inside models/perm_fig4
+    assert check.stale_stages(status, {"models/perm_fig4"}) == {}
+    assert not check.is_produced("models/perm_fig40/x", {"models/perm_fig4"})

@@ -16,9 +16,13 @@ def test_committed_params_are_valid():
     assert validate_all(params) == []
     spec = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     stages = {name for name, s in spec.items() if s["cmd"].startswith("python -m pflkit stage ")}
-    assert set(spec) - stages == {"claims"}, "every other dvc stage runs a notebook"
+    data = {name for name, s in spec.items() if s["cmd"].startswith("python -m pflkit data ")}
+    assert set(spec) - stages - data == {"claims"}, "every other dvc stage runs a notebook or prepares data"
+    assert all(name.startswith("data_") for name in data) and len(data) >= 8
     assert stages <= set(registry()), "every notebook stage has a registered config"
-    assert stages <= set(params), "every notebook stage has a params.yaml section"
+    compute = {name for name in stages if not name.endswith("_plot")}
+    assert compute <= set(params), "every compute stage has a params.yaml section"
+    assert "figures" in params and "data" in params, "the plot stages' and data stages' sections"
 
 
 def test_stage_values_add_runner_paths():

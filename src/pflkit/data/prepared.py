@@ -35,11 +35,12 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..config import REQUIRE_PREPARED_ENV
 from .vision import (DatasetUnavailableError, ImageData, SOURCES, Writers, canonical_name, load_dataset)
 
 PREPARED = "data/prepared"
 MANIFEST = "manifest.json"
-REQUIRE_ENV = "PFLKIT_REQUIRE_PREPARED"
+REQUIRE_ENV = REQUIRE_PREPARED_ENV
 FORMAT = 1
 
 

@@ -5,6 +5,7 @@ per figure returning a ``StageResult``: the long frame of (rho, Delta) points to
 summary table (the nbval reference) and metrics.json content. All numbers come from
 ``pflkit.theory.surrogate`` (analytic frontiers from the kappa bounds (11)/(13), simulated MAML
 frontiers from random matrices, App. D.1) and, for the theory checks, from running LocalUpdate.
+The figures are drawn from the written tables by the plot stages (``pflkit.figures.charles``).
 """
 from __future__ import annotations
 
@@ -463,38 +464,3 @@ def theory(cfg: CharlesTheoryConfig) -> StageResult:
               "central": central}
     return StageResult(thm1, metrics, metrics["data"], f"{cfg.rounds} rounds, {cfg.monte_carlo_runs} Monte Carlo runs",
                        frames=frames)
-
-
-# ------------------------------------------------------------------------------------ plotting
-RHO_LABEL = "rate rho (error factor per round)"
-DELTA_LABEL = "suboptimality Delta (eq. 17, x 8C)"
-
-
-def frontier_axes(ax, title: str | None = None):
-    """Unit-square axes with the frontier labels."""
-    ax.set_xlim(-0.02, 1.02)
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel(RHO_LABEL)
-    ax.set_ylabel(DELTA_LABEL)
-    if title:
-        ax.set_title(title)
-    return ax
-
-
-def plot_curves(ax, frame: pd.DataFrame, hue: str, style: str | None = None, title: str | None = None):
-    """Analytic frontiers: one line per curve, drawn in the order of its K (or gamma) grid."""
-    import seaborn as sns
-    sns.lineplot(data=frame, x="rho", y="delta", hue=hue, style=style, sort=False, estimator=None, ax=ax,
-                 palette="colorblind")
-    return frontier_axes(ax, title)
-
-
-def plot_simulated(ax, frame: pd.DataFrame, title: str | None = None):
-    """Simulated MAML points (one colour per d) over the analytic FedAvg frontier (black line)."""
-    import seaborn as sns
-    fedavg = frame[frame["d"] == 0]
-    maml = frame[frame["d"] > 0]
-    ax.plot(fedavg["rho"], fedavg["delta"], color="black", linewidth=1.5, label="FedAvg (Theta_1:K)")
-    sns.scatterplot(data=maml, x="rho", y="delta", hue="method", s=6, linewidth=0, ax=ax, palette="colorblind")
-    ax.legend(fontsize=8, markerscale=2)
-    return frontier_axes(ax, title)

@@ -18,6 +18,10 @@ training loss). A setting *diverges* when its parameters or watched loss (traini
 loss) become non-finite or the loss exceeds ``diverge_factor`` x its initial value; it is then dropped
 from the batch (no further compute) and reported with the round it was caught.
 
+Trained models: :func:`save_models` keeps every setting's final model (stacked per task) under the stage's
+models folder; :func:`saved_final` re-evaluates them from the files alone and gives each setting's recorded
+last evaluation exactly. Drawing lives in ``pflkit.figures.charles`` (the plot stages).
+
 Honest deviations at CPU scale (params.yaml states the scale): CIFAR-100 images are standardised per
 image but not randomly cropped/flipped; offline, FEMNIST and CIFAR-100 are replaced by the labelled
 substitutes named in params.yaml. The FEMNIST CNN trains with its dropout layers (engine.local_sgd).
@@ -26,9 +30,10 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from types import SimpleNamespace
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import pandas as pd
@@ -83,6 +88,9 @@ class GridRun:
     history: pd.DataFrame  # round, setting, gamma, eta, server, momentum, alpha, variant, metric, value
     diverged: pd.DataFrame  # setting, gamma, eta, ..., round (first round seen diverged), reason
     seconds: float
+    #: every setting's final model, stacked [G, ...] on the CPU (a diverged setting's: the iterate of the round
+    #: it was caught, its last evaluation)
+    params: Params | None = None
 
 
 def eval_batch(data: FederatedDataset, split: str, samples: int, seed: int):
@@ -116,6 +124,19 @@ def make_evaluator(model: FunctionalModel, batches: dict[str, tuple], chunk: int
         return out
 
     return evaluate
+
+
+def setting_chunks(idx: Tensor, settings_chunk: int | None) -> list[Tensor]:
+    """``idx`` in pieces of at most ``settings_chunk`` settings (None: one piece)."""
+    return list(idx.split(settings_chunk)) if settings_chunk else [idx]
+
+
+def evaluate_settings(evaluate, params: Params, idx: Tensor, settings_chunk: int | None) -> dict[str, Tensor]:
+    """``evaluate`` on the settings ``idx`` of the stacked ``params`` [G, ...], ``settings_chunk`` at a time:
+    {metric: tensor [len(idx)]}."""
+    dev = next(iter(params.values())).device
+    parts = [evaluate({k: v[c.to(dev)] for k, v in params.items()}) for c in setting_chunks(idx, settings_chunk)]
+    return {m: torch.cat([p[m] for p in parts]) for m in parts[0]}
 
 
 def run_grid(model: FunctionalModel, data: FederatedDataset, settings: list[Setting], *, rounds: int,
@@ -155,15 +176,11 @@ def run_grid(model: FunctionalModel, data: FederatedDataset, settings: list[Sett
     theta = torch.ones(local_steps)  # Theta_{1:K}
     start = time.perf_counter()
 
-    def chunks(idx: Tensor) -> list[Tensor]:
-        return list(idx.split(settings_chunk)) if settings_chunk else [idx]
-
     def record(r):
         idx = alive.nonzero().flatten()
         if not len(idx):
             return
-        parts = [evaluate({k: v[c.to(dev)] for k, v in x.items()}) for c in chunks(idx)]
-        values = {m: torch.cat([p[m] for p in parts]) for m in parts[0]}
+        values = evaluate_settings(evaluate, x, idx, settings_chunk)
         for metric, vals in values.items():
             for j, g in enumerate(idx.tolist()):
                 rows.append({"round": r, "setting": g, "metric": metric, "value": float(vals[j])})
@@ -184,8 +201,8 @@ def run_grid(model: FunctionalModel, data: FederatedDataset, settings: list[Sett
         clients = sample_clients(data.num_clients, M, gen)
         q = {k: torch.zeros_like(v) for k, v in x.items()}
         groups = [c for a in sorted({settings[g].alpha for g in alive.nonzero().flatten().tolist()})
-                  for c in chunks(torch.tensor([g for g in alive.nonzero().flatten().tolist()
-                                                if settings[g].alpha == a]))]
+                  for c in setting_chunks(torch.tensor([g for g in alive.nonzero().flatten().tolist()
+                                                        if settings[g].alpha == a]), settings_chunk)]
         for idx in groups:
             a = settings[int(idx[0])].alpha
             start_p = {k: v[idx.to(dev)].repeat_interleave(M, 0) for k, v in x.items()}
@@ -210,7 +227,7 @@ def run_grid(model: FunctionalModel, data: FederatedDataset, settings: list[Sett
                          for g, s in enumerate(settings)])
     history = pd.DataFrame(rows, columns=["round", "setting", "metric", "value"]).merge(meta, on="setting")
     diverged = pd.DataFrame(dead, columns=["setting", "round", "reason"]).merge(meta, on="setting")
-    return GridRun(history, diverged, time.perf_counter() - start)
+    return GridRun(history, diverged, time.perf_counter() - start, {k: v.detach().cpu() for k, v in x.items()})
 
 
 def pick_best(history: pd.DataFrame, by: list[str], metric: str, window: int, mode: str) -> pd.DataFrame:
@@ -373,6 +390,8 @@ class NNConfig(StageConfig):
     diverge_factor: float = Field(2.0, gt=1)
     seed: Seed = 0
     settings_chunk: PositiveInt | None = None  # run_grid: at most this many settings per call (memory); None: all
+    #: the split the server models are evaluated on (its loss and accuracy; the loss is watched for divergence)
+    eval_split: ClassVar[str] = "train"
 
 
 class CharlesFig12Config(NNConfig):
@@ -391,6 +410,7 @@ class CharlesFig6Config(NNConfig):
     momentum: float = Field(0.9, ge=0, lt=1)
     servers: list[Literal["gd", "nesterov", "heavy_ball"]] = Field(min_length=1)  # left panel, alpha = 0
     alphas: NonNegatives  # right panel, no momentum
+    eval_split: ClassVar[str] = "test"
 
     @model_validator(mode="after")
     def _one_task(self):
@@ -407,44 +427,69 @@ def describe(result: StageResult) -> str:
     return "\n".join(lines + [result.scale])
 
 
-def _result(history, diverged, tuned, table, metrics, run_info, scale, labels, grid=None) -> StageResult:
+def _result(history, diverged, tuned, table, metrics, run_info, scale, runs: "TaskRuns", grid=None) -> StageResult:
     """history: run_grid history + task column; tuned: the chosen settings (Figs. 6, 13) or all settings
-    (Fig. 12); grid: every setting's history before tuning (Figs. 6, 13); labels: task -> dataset label."""
-    return StageResult(table, metrics, ", ".join(labels.values()), scale, run_info,
+    (Fig. 12); grid: every setting's history before tuning (Figs. 6, 13); ``runs.labels``: task -> dataset
+    label; ``runs.models``: task -> final models (for :func:`save_models`)."""
+    return StageResult(table, metrics, ", ".join(runs.labels.values()), scale, run_info,
                        frames={"history": history, "diverged": diverged, "tuned": tuned, "grid": grid},
-                       extra={"labels": labels})
+                       extra={"labels": runs.labels, "models": runs.models})
 
 
-def _run_tasks(cfg: NNConfig, settings: list[Setting], watch: str, splits: dict[str, str]):
-    """run_grid on every task; returns history, diverged, per-task records and labels, seconds."""
+@dataclass
+class TaskRuns:
+    """run_grid on every task of a stage: the histories and diverged settings (with a ``task`` column), per
+    task its record (what ran), dataset label and models (``params``: final models [G, ...]; ``final``: each
+    setting's last evaluation, :func:`final_evaluations`), and the scale."""
+    history: pd.DataFrame
+    diverged: pd.DataFrame
+    records: dict
+    labels: dict
+    models: dict
+    scale: str
+
+
+def _task_setup(cfg: NNConfig, t: TaskSection):
+    """(task, its data on the stage's device, the functional model, the evaluator of ``cfg.eval_split`` on a
+    fixed sample of it): what training and re-evaluating the saved models share."""
     device = resolve_device(cfg.device)
-    hist, dead, records, labels, scales, secs = [], [], {}, {}, [], {}
+    task = build_task(t, cfg.seed)
+    data = task.data.to(device)
+    model = FunctionalModel(task.factory, device)
+    batch = eval_batch(data, cfg.eval_split, t.eval_samples or cfg.eval_samples, cfg.seed)
+    return task, data, model, make_evaluator(model, {cfg.eval_split: batch})
+
+
+def _run_tasks(cfg: NNConfig, settings: list[Setting]) -> TaskRuns:
+    """run_grid on every task, watching the loss of ``cfg.eval_split`` for divergence."""
+    from ..models import count_parameters
+    from ..runner import data_digest
+    hist, dead, records, labels, models, scales = [], [], {}, {}, {}, []
     for name, t in cfg.tasks.items():
-        task = build_task(t, cfg.seed)
-        data = task.data.to(device)
-        model = FunctionalModel(task.factory, device)
-        batches = {s: eval_batch(data, s, t.eval_samples or cfg.eval_samples, cfg.seed) for s in splits}
+        task, data, model, evaluate = _task_setup(cfg, t)
         run = run_grid(model, data, settings, rounds=t.rounds, local_steps=cfg.local_steps,
                        batch_size=t.batch_size, clients_per_round=t.clients_per_round, seed=cfg.seed,
-                       evaluate=make_evaluator(model, batches), eval_every=cfg.eval_every,
-                       diverge_factor=cfg.diverge_factor, watch=watch, label=f"{cfg.stage} {name}: ",
+                       evaluate=evaluate, eval_every=cfg.eval_every, diverge_factor=cfg.diverge_factor,
+                       watch=f"{cfg.eval_split}_loss", label=f"{cfg.stage} {name}: ",
                        settings_chunk=cfg.settings_chunk)
         hist.append(run.history.assign(task=name))
         dead.append(run.diverged.assign(task=name))
-        from ..models import count_parameters
         records[name] = {**task.record, "num_clients": data.num_clients,
                          "params": count_parameters(task.factory()), "seconds": round(run.seconds, 1)}
         labels[name] = task.label
-        secs[name] = run.seconds
+        models[name] = {"params": run.params, "final": final_evaluations(hist[-1]), "data_digest": data_digest(data),
+                        "settings": [asdict(s) for s in settings]}
         scales.append(f"{name}: {task.model_desc}, N={data.num_clients}, M={t.clients_per_round}, "
                       f"B={t.batch_size}, {t.rounds} rounds")
-    return (pd.concat(hist, ignore_index=True), pd.concat(dead, ignore_index=True), records, labels,
-            f"K={cfg.local_steps}; " + "; ".join(scales), secs)
+    return TaskRuns(pd.concat(hist, ignore_index=True), pd.concat(dead, ignore_index=True), records, labels, models,
+                    f"K={cfg.local_steps}; " + "; ".join(scales))
 
 
-def _info(cfg, scale, records, start):
-    return {"stage": cfg.stage, "scale": scale, "tasks": records, "device": str(resolve_device(cfg.device)),
-            "environment": environment(), "config": cfg.model_dump(),
+def _info(cfg, runs: TaskRuns, start):
+    """run.json: what ran (per task, and the tasks' dataset labels in the figure's order), config, timing."""
+    return {"stage": cfg.stage, "scale": runs.scale, "tasks": runs.records,
+            "task_labels": [{"task": name, "label": label} for name, label in runs.labels.items()],
+            "device": str(resolve_device(cfg.device)), "environment": environment(), "config": cfg.model_dump(),
             "runtime_s": round(time.perf_counter() - start, 1)}
 
 
@@ -485,7 +530,8 @@ def fig12(cfg: CharlesFig12Config) -> StageResult:
     """Training loss vs rounds: alpha = 0, Theta_{1:K}, server GD with fixed eta, gamma varies."""
     start = time.perf_counter()
     settings = [Setting(gamma=g, eta=cfg.eta, variant=f"gamma = {g:g}") for g in cfg.gammas]
-    hist, dead, records, labels, scale, _ = _run_tasks(cfg, settings, "train_loss", {"train": "train"})
+    runs = _run_tasks(cfg, settings)
+    hist, dead, records, scale = runs.history, runs.diverged, runs.records, runs.scale
     hist = hist[hist["metric"] == "train_loss"]
     gone = set(zip(dead["task"], dead["setting"]))  # diverged runs are omitted from the curves (as in the paper)
     hist = hist[[(t, s) not in gone for t, s in zip(hist["task"], hist["setting"])]]
@@ -495,14 +541,15 @@ def fig12(cfg: CharlesFig12Config) -> StageResult:
                "tradeoff": trade.to_dict("records"), "claim_larger_gamma_faster_early_worse_final": claim,
                "runtime_s": round(time.perf_counter() - start, 1)}
     table = trade.set_index(["task", "gamma"])[["loss_early", "loss_final"]]
-    return _result(hist, dead, trade, table, metrics, _info(cfg, scale, records, start), scale, labels)
+    return _result(hist, dead, trade, table, metrics, _info(cfg, runs, start), scale, runs)
 
 
 def fig13(cfg: CharlesFig13Config) -> StageResult:
     """Fig. 12 with eta tuned per gamma (lowest mean training loss over the last evaluations)."""
     start = time.perf_counter()
     settings = [Setting(gamma=g, eta=e, variant=f"gamma = {g:g}") for g in cfg.gammas for e in cfg.etas]
-    hist, dead, records, labels, scale, _ = _run_tasks(cfg, settings, "train_loss", {"train": "train"})
+    runs = _run_tasks(cfg, settings)
+    hist, dead, records, scale = runs.history, runs.diverged, runs.records, runs.scale
     hist = hist[hist["metric"] == "train_loss"]
     tuned = pd.concat([pick_best(h, ["gamma"], "train_loss", cfg.tune_window, "min").assign(task=task)
                        for task, h in hist.groupby("task")], ignore_index=True)
@@ -515,7 +562,7 @@ def fig13(cfg: CharlesFig13Config) -> StageResult:
                "tradeoff": trade.to_dict("records"), "claim_larger_gamma_faster_early_worse_final": claim,
                "runtime_s": round(time.perf_counter() - start, 1)}
     table = trade.set_index(["task", "gamma"])[["eta", "loss_early", "loss_final"]]
-    return _result(chosen, dead, tuned, table, metrics, _info(cfg, scale, records, start), scale, labels, hist)
+    return _result(chosen, dead, tuned, table, metrics, _info(cfg, runs, start), scale, runs, hist)
 
 
 def fig6(cfg: CharlesFig6Config) -> StageResult:
@@ -525,16 +572,17 @@ def fig6(cfg: CharlesFig6Config) -> StageResult:
     start = time.perf_counter()
     variants = [("server", SERVER_LABELS[s], s, 0.0) for s in cfg.servers]
     variants += [("alpha", f"alpha = {a:g}", "gd", a) for a in cfg.alphas]
-    settings, seen, runs, aliases = [], {}, {}, {}
+    settings, seen, label_of, aliases = [], {}, {}, {}
     for panel, label, server, alpha in variants:
         seen[label] = panel
-        if (server, alpha) in runs:  # e.g. "alpha = 0" is the "no momentum" run: reuse it
-            aliases[label] = runs[(server, alpha)]
+        if (server, alpha) in label_of:  # e.g. "alpha = 0" is the "no momentum" run: reuse it
+            aliases[label] = label_of[(server, alpha)]
             continue
-        runs[(server, alpha)] = label
+        label_of[(server, alpha)] = label
         settings += [Setting(g, e, server, cfg.momentum if server != "gd" else 0.0, alpha, label)
                      for g in cfg.gammas for e in cfg.etas]
-    hist, dead, records, labels, scale, _ = _run_tasks(cfg, settings, "test_loss", {"test": "test"})
+    runs = _run_tasks(cfg, settings)
+    hist, dead, records, scale = runs.history, runs.diverged, runs.records, runs.scale
     for label, original in aliases.items():
         copy = hist[hist["variant"] == original].assign(variant=label)
         offset = len(settings) * (1 + list(aliases).index(label))
@@ -568,19 +616,100 @@ def fig6(cfg: CharlesFig6Config) -> StageResult:
                "diverged": dead[["variant", "gamma", "eta", "round", "reason"]].to_dict("records"),
                "runtime_s": round(time.perf_counter() - start, 1)}
     return _result(chosen, dead, tuned, table[["gamma", "eta", "acc_mean_over_rounds", "acc_final"]],
-                   metrics, _info(cfg, scale, records, start), scale, labels, hist)
+                   metrics, _info(cfg, runs, start), scale, runs, hist)
 
 
-# ------------------------------------------------------------------------------- plotting helpers
-def plot_loss_curves(ax, history: pd.DataFrame, hue: str = "gamma", title: str | None = None,
-                     metric: str = "train_loss", ylabel: str = "training loss (cross-entropy, nats)"):
-    import seaborn as sns
-    sub = history[history["metric"] == metric].copy()
-    sub[hue] = sub[hue].map(lambda v: f"{v:g}" if isinstance(v, float) else str(v))
-    sns.lineplot(data=sub, x="round", y="value", hue=hue, marker="o", markersize=3, ax=ax)
-    ax.set_xlabel("communication round")
-    ax.set_ylabel(ylabel)
-    if title:
-        ax.set_title(title)
-    ax.legend(fontsize=8, title=hue)
-    return ax
+# ------------------------------------------------------------------------------- trained models
+FINAL_COLUMNS = ["task", "setting", "round", "metric", "value"]
+
+
+def final_evaluations(history: pd.DataFrame) -> pd.DataFrame:
+    """Each setting's last evaluation in a history with a ``task`` column (every metric evaluated then): task,
+    setting, round, metric, value, sorted. A diverged setting's is the round it was caught."""
+    last = history.groupby(["task", "setting"])["round"].transform("max")
+    return _sorted_final(history.loc[history["round"] == last])
+
+
+def _models_folder(cfg: NNConfig, folder) -> Path:
+    from .. import model_store
+    from ..paths import resolve
+    return model_store.models_dir(cfg) if folder is None else resolve(folder)
+
+
+def save_models(cfg: NNConfig, result: StageResult, folder=None) -> list[Path]:
+    """Every setting's final model, stacked per task, as ``<folder>/<task>.pt`` (``model_store.save_tensors``,
+    weights-only loading): ``params`` (name -> tensor [G, ...], in the grid's setting order), ``settings`` (each
+    setting's gamma, eta, server, momentum, alpha, variant), ``last_round`` (the round of each setting's last
+    evaluation: the final round, or the round a diverged setting was caught, whose iterate it keeps) and the
+    digest of the federation it trained on; with the stage's config and, as metrics, each setting's last
+    evaluation as the run recorded it (``final``). Plus ``index.json``. Default folder: the stage's models
+    folder (``model_store.models_dir``)."""
+    from .. import model_store
+    folder = _models_folder(cfg, folder)
+    config = cfg.model_dump()
+    written = []
+    for task, saved in result.models.items():
+        final = saved["final"]
+        tensors = {"params": saved["params"], "settings": saved["settings"], "data_digest": saved["data_digest"],
+                   "last_round": last_rounds(final, len(saved["settings"]))}
+        records = [{"setting": int(r.setting), "round": int(r.round), "metric": str(r.metric), "value": float(r.value)}
+                   for r in final.itertuples()]
+        written.append(model_store.save_tensors(folder, cfg.stage, task, tensors, config=config,
+                                                metrics={"final": records}))
+    model_store.write_index(folder, cfg.stage, config)
+    return written
+
+
+def saved_recorded(cfg: NNConfig, folder=None) -> pd.DataFrame:
+    """The last evaluations the run recorded, as saved beside its models (``final_evaluations``' layout)."""
+    from .. import model_store
+    folder = _models_folder(cfg, folder)
+    frames = [pd.DataFrame(model_store.load(folder / f"{model_store.slug(task)}.pt")["metrics"]["final"]).assign(
+        task=task) for task in cfg.tasks]
+    return _sorted_final(pd.concat(frames, ignore_index=True))
+
+
+def saved_final(cfg: NNConfig, folder=None) -> pd.DataFrame:
+    """Each setting's last evaluation recomputed from the models :func:`save_models` saved alone (``cfg``: the
+    stage's config): the task's federation rebuilt (its digest checked against the saved one), and the saved
+    models evaluated as run_grid evaluated them: the same fixed sample of ``cfg.eval_split``, the settings last
+    evaluated at the same round together, ``settings_chunk`` at a time. Gives the run's recorded values exactly
+    (tests/integration/test_saved_models_charles.py)."""
+    from .. import model_store
+    from ..io import CheckpointError
+    from ..runner import data_digest
+    folder = _models_folder(cfg, folder)
+    rows = []
+    for task, t in cfg.tasks.items():
+        saved = model_store.tensors(folder / f"{model_store.slug(task)}.pt")
+        _, data, _, evaluate = _task_setup(cfg, t)
+        if data_digest(data) != saved["data_digest"]:
+            raise CheckpointError(f"{cfg.stage} {task}: the data differs from the federation the models were "
+                                  "trained on")
+        params = {k: v.to(data.device) for k, v in saved["params"].items()}
+        rows.append(evaluate_final(evaluate, params, saved["last_round"], cfg.settings_chunk).assign(task=task))
+    return _sorted_final(pd.concat(rows, ignore_index=True))
+
+
+def last_rounds(final: pd.DataFrame, num_settings: int) -> list[int]:
+    """The round of each setting's last evaluation (``final_evaluations`` of one task), in setting order."""
+    last = final.drop_duplicates("setting").set_index("setting")["round"]
+    return [int(last[g]) for g in range(num_settings)]
+
+
+def evaluate_final(evaluate, params: Params, last_round: list[int], settings_chunk: int | None) -> pd.DataFrame:
+    """The final models ``params`` [G, ...] evaluated as run_grid last evaluated each setting: the settings
+    whose last evaluation was at the same round together (the final round's: that whole evaluation call),
+    ``settings_chunk`` at a time. Returns setting, round, metric, value."""
+    rows = []
+    last = pd.Series(last_round)
+    for r, group in last.groupby(last, sort=True):
+        idx = torch.tensor(list(group.index))
+        values = evaluate_settings(evaluate, params, idx, settings_chunk)
+        rows += [{"setting": g, "round": int(r), "metric": m, "value": float(v[j])}
+                 for m, v in values.items() for j, g in enumerate(idx.tolist())]
+    return pd.DataFrame(rows)
+
+
+def _sorted_final(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[FINAL_COLUMNS].sort_values(["task", "setting", "metric"]).reset_index(drop=True)

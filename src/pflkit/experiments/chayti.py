@@ -5,6 +5,7 @@ the batch dimension; each figure also returns the exact expected loss from :mod:
 Curves are summarized over runs per recorded step: mean, standard error, 10% and 90% quantiles.
 "Final" loss = the loss at the last step (mean and SE over runs); "tail" loss = each run's loss averaged
 over the last ``tail_fraction`` of the steps, then mean and SE over runs (less noisy; runs independent).
+The figures are drawn from the written tables by the plot stages (``pflkit.figures.chayti``).
 """
 from __future__ import annotations
 
@@ -356,23 +357,6 @@ def fig5_bc_collaborators(cfg: ChaytiFig5Config) -> StageResult:
     scale = f"zeta={cfg.zeta:g}, eta={cfg.eta}, a={cfg.a}, b={cfg.b}, T={cfg.steps}, {cfg.runs} runs"
     metrics = _metrics(cfg, scale, table, elapsed, device, claims={"tail_ratio_between_consecutive_N": gains})
     return StageResult(table, metrics, DATA_LABEL, scale, frames={"curves": curves})
-
-
-def loss_axes(ax, curves: pd.DataFrame, labels=None, theory_style: str = "--"):
-    """Plot mean loss per curve (solid) with the 10-90% band over runs and the exact expectation (dashed)."""
-    from ..plotting import method_styles
-
-    labels = list(dict.fromkeys(curves["label"])) if labels is None else labels
-    for label, (color, _, _) in method_styles(labels).items():  # solid: dashed lines are the theory
-        sub = curves[curves["label"] == label]
-        ax.plot(sub["step"], sub["mean"], color=color, label=f"{label} (mean of runs)")
-        ax.fill_between(sub["step"], sub["q10"], sub["q90"], color=color, alpha=0.2, linewidth=0)
-        if sub["theory"].notna().all():
-            ax.plot(sub["step"], sub["theory"], color=color, linestyle=theory_style, linewidth=1)
-    ax.set_yscale("log")
-    ax.set_xlabel("step t (one gradient per user per step)")
-    ax.set_ylabel("loss f_0(x_t) - f_0* (log scale)")
-    return ax
 
 
 LOSS_COLUMNS = ("final", "final_se", "tail", "tail_se", "theory_final", "theory_floor", "paper_floor")
