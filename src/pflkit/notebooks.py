@@ -263,7 +263,7 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
     try:
         for path in outputs:
             _remove(path)
-        for folder in (running, root / cfg.results_dir, root / cfg.figures_dir, report.parent):
+        for folder in (running, root / cfg.results_dir, report.parent):  # figures: only where a plot saves one
             folder.mkdir(parents=True, exist_ok=True)
         _remove_stale_running(running, stage)
         tmp = _run_file(running, stage, ".ipynb")

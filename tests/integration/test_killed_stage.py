@@ -21,7 +21,7 @@ SMALL = {"num_clients": 6, "samples_per_client": 40, "rounds": 40, "local_steps"
          "eval_every": 5, "finetune_steps": 2, "device": "cpu"}
 CHECKPOINTS = f"build/checkpoints/{STAGE}"  # where experiments.perm.run_curves checkpoints (every 5 rounds)
 OUTPUTS = ("results/perm_fig1/metrics.json", "results/perm_fig1/history.csv", "results/perm_fig1/run.json",
-           "figures/perm/fig1_synthetic.png", "figures/perm/fig1_synthetic.svg", "reports/perm/fig1_synthetic.ipynb")
+           "models/perm_fig1", "reports/perm/fig1_synthetic.ipynb")
 
 pytestmark = pytest.mark.slow
 
@@ -40,6 +40,7 @@ def _project(tmp_path: Path, name: str) -> Path:
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params = {"defaults": params["defaults"], STAGE: {**params[STAGE], **SMALL}}
     (proj / "params.yaml").write_text(yaml.safe_dump(params))
+    _run([sys.executable, "-m", "pflkit", "data", "perm_synthetic"], proj)  # its prepared data (data stage)
     return proj
 
 

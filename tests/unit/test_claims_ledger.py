@@ -112,8 +112,8 @@ def test_every_claim_of_claims_yaml_resolves_on_the_smoke_results():
     entries = yaml.safe_load((ROOT / "claims.yaml").read_text())
     ids = [c["id"] for c in entries]
     assert len(ids) == len(set(ids)) >= 40
-    stages = {s.name for s in claims.load_stages().STAGES}
-    assert {c["stage"] for c in entries} == stages, "every stage has at least one claim, and only known stages"
+    stages = {s.name for s in claims.load_stages().STAGES if not s.is_plot}
+    assert {c["stage"] for c in entries} == stages, "every compute stage has a claim, and only compute stages"
     rows = claims.evaluate(entries, {"smoke": ROOT / "tests/regression/expected"})
     only_default = {c["id"] for c in entries if "smoke" not in c.get("profiles", ["smoke"])}
     assert {r["id"] for r in rows if r["verdict"] == "not run"} == only_default
