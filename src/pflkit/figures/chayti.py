@@ -15,12 +15,14 @@ CURVES_LEGEND = "solid: mean, band: 10-90% of runs, dashed: exact"
 FLOOR_COLOUR = "0.4"
 
 
-def loss_axes(ax, curves: pd.DataFrame, labels=None, theory_style: str = "--"):
-    """Plot mean loss per curve (solid) with the 10-90% band over runs and the exact expectation (dashed)."""
+def loss_axes(ax, curves: pd.DataFrame, labels=None, theory_style: str = "--", names: dict | None = None):
+    """Plot mean loss per curve (solid) with the 10-90% band over runs and the exact expectation (dashed);
+    each method in its fixed colour (``plotting.METHOD_STYLES``), shown as ``names[label]`` when given."""
     labels = list(dict.fromkeys(curves["label"])) if labels is None else labels
+    names = names or {}
     for label, (color, _, _) in method_styles(labels).items():  # solid: dashed lines are the theory
         sub = curves[curves["label"] == label]
-        ax.plot(sub["step"], sub["mean"], color=color, label=f"{label} (mean of runs)")
+        ax.plot(sub["step"], sub["mean"], color=color, label=f"{names.get(label, label)} (mean of runs)")
         ax.fill_between(sub["step"], sub["q10"], sub["q90"], color=color, alpha=0.2, linewidth=0)
         if sub["theory"].notna().all():
             ax.plot(sub["step"], sub["theory"], color=color, linestyle=theory_style, linewidth=1)
@@ -59,7 +61,7 @@ def convergence_figure(curves: pd.DataFrame, final: pd.DataFrame, panels: list[s
     for ax, panel in zip(axes[0], panels):
         sub = curves[curves["panel"] == panel]
         etas = final[final["panel"] == panel].set_index("label")["eta"]
-        loss_axes(ax, sub.assign(label=sub["label"].map(lambda m, etas=etas: f"{m} (eta={etas[m]:g})")))
+        loss_axes(ax, sub, names={m: f"{m} (eta={eta:g})" for m, eta in etas.items()})
         ax.set_title(panel, fontsize=10)
         curves_legend(ax)
     finish(fig, title(what, data_label, scale))
