@@ -325,7 +325,7 @@ class PERM:
     def init(self, data: FederatedDataset, seed: int) -> PERMState:
         s = self.initial_state(data, seed)
         if self.warmup_rounds == 0:
-            self._start(s)
+            self.start_personalization(s)
         return s
 
     def _broadcast_personal(self, s: PERMState) -> Params:
@@ -333,7 +333,7 @@ class PERM:
         masks = self.personal_masks(s.data)
         return v if masks is None else apply_masks(v, masks)
 
-    def _start(self, s: PERMState, alpha: Tensor | None = None):
+    def start_personalization(self, s: PERMState, alpha: Tensor | None = None):
         """Personalization starts: v_i = w, alpha uniform or estimated at w (``alpha``: that estimate,
         computed elsewhere, e.g. by a federated engine from the clients' gradients)."""
         n = s.data.num_clients
@@ -352,7 +352,7 @@ class PERM:
                                 batch_size=self.batch_size, generator=s.generator, masks=masks)
             s.w = aggregate(local, masks=masks, base=s.w)
             if s.round >= self.warmup_rounds:
-                self._start(s)
+                self.start_personalization(s)
             return s
         if self.visit == "alpha":
             s.v = alpha_visit_steps(self.model, s.v, data, s.alpha, local_steps=self.local_steps, lr=self.lr,
