@@ -7,9 +7,10 @@ Message types: ``query.info`` (registration: partition and sizes), ``train`` (lo
 ``RunSpec.timeout`` seconds; a node that does not answer, or answers with an error, stops the run with a
 ``FederationError`` naming the client, its node, the round and the pass, so the server never hangs.
 
-The run's spec comes from the run config (``spec``: RunSpec JSON; ``results``: a file for the
-results, written by the ServerApp) in the deployment engine, or is bound by ``client_app`` /
-``server_app`` for the simulation engine.
+A run holds one or more RunSpecs on the same federation (``spec.specs_to_json``), run one after the
+other over the same registered nodes; every message names its spec (config ``run``). The specs come
+from the run config (``specs``; ``results``: a file for the results, written by the ServerApp) in the
+deployment engine, or are bound by ``client_app`` / ``server_app`` for the simulation engine.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from flwr.serverapp.strategy import Strategy
 
 from .client import DRAW, EVALUATE, GRAD, GRADIENTS, MODEL, TRAIN, FederatedClient, Job, Reply
 from .server import FederatedServer, Pass, Replies, drive, evaluation_due, make_server
-from .spec import RunSpec
+from .spec import RunSpec, specs_from_json
 
 MESSAGE_TYPES = {TRAIN: "train", GRADIENTS: "query.gradients", EVALUATE: "evaluate"}
 INFO = "query.info"
@@ -79,36 +80,37 @@ def flower_bytes(content: RecordDict) -> int:
 
 # --------------------------------------------------------------------------- client
 @lru_cache(maxsize=2)
-def _federation(spec_json: str):
-    return RunSpec.from_json(spec_json).federation()
+def _federation(specs_json: str):
+    return specs_from_json(specs_json)[0].federation()  # every spec of a run has the same data
 
 
 @lru_cache(maxsize=256)
-def _client(spec_json: str, partition: int) -> FederatedClient:
+def _client(specs_json: str, index: int, partition: int) -> FederatedClient:
     torch.set_num_threads(1)
-    return FederatedClient(RunSpec.from_json(spec_json), partition, _federation(spec_json))
+    return FederatedClient(specs_from_json(specs_json)[index], partition, _federation(specs_json))
 
 
-def client_app(spec_json: str | None = None) -> ClientApp:
-    """The ClientApp: its spec is ``spec_json`` or the run config's ``spec``; its partition the node
+def client_app(specs_json: str | None = None) -> ClientApp:
+    """The ClientApp: its specs are ``specs_json`` or the run config's ``specs``; its partition the node
     config's ``partition-id`` (set by the simulation engine, or ``flower-supernode --node-config``)."""
     app = ClientApp()
 
-    def client(context: Context) -> FederatedClient:
-        text = spec_json or str(context.run_config["spec"])
+    def client(context: Context, index: int) -> FederatedClient:
+        text = specs_json or str(context.run_config["specs"])
         if "partition-id" not in context.node_config:
             raise FederationError("this SuperNode has no partition-id in its node config "
                                   "(flower-supernode --node-config 'partition-id=J num-partitions=N')")
-        return _client(text, int(context.node_config["partition-id"]))
+        return _client(text, index, int(context.node_config["partition-id"]))
 
     @app.query("info")
     def info(message: Message, context: Context) -> Message:
-        facts = client(context).info()
+        facts = client(context, 0).info()
         facts["pid"] = os.getpid()
         return Message(RecordDict({"info": ConfigRecord(facts)}), reply_to=message)
 
     def work(message: Message, context: Context) -> Message:
-        return Message(reply_content(client(context).run(job_from(message))), reply_to=message)
+        job = job_from(message)
+        return Message(reply_content(client(context, int(job.config.pop("run"))).run(job)), reply_to=message)
 
     app.train()(work)
     app.query("gradients")(work)
@@ -121,8 +123,8 @@ class Exchange:
     """Carries passes over Flower's Grid: one message per client (to its node), replies matched by node;
     counts bytes and clients per round and pass kind (``traffic``)."""
 
-    def __init__(self, node_of: dict[int, int], timeout: float):
-        self.node_of, self.timeout = node_of, float(timeout)
+    def __init__(self, node_of: dict[int, int], timeout: float, run_index: int = 0):
+        self.node_of, self.timeout, self.run_index = node_of, float(timeout), run_index
         self.client_of = {node: c for c, node in node_of.items()}
         self.grid: Grid | None = None
         self.traffic: list[dict] = []  # one row per pass: round, kind, clients, bytes down/up
@@ -132,7 +134,7 @@ class Exchange:
         """One message per job, addressed to its client's node (the pass's bytes down are counted here)."""
         out, down = [], {"flower": 0, "model": 0, "draws": 0, "other": 0}
         for c, job in sorted(jobs.items()):
-            content = job_content(job)
+            content = job_content(Job(job.arrays, {**job.config, "run": self.run_index}))
             down["flower"] += flower_bytes(content)
             for k, v in tensor_bytes(job.arrays).items():
                 down[k] += v
@@ -169,7 +171,7 @@ class Exchange:
                              **{f"up_{k}": v for k, v in up.items()}})
         return got
 
-    def __call__(self, jobs: Pass, round_number: int) -> Replies:
+    def __call__(self, jobs: Pass, round_number: int = 0) -> Replies:
         messages = self.messages(jobs, round_number)
         return self.replies(jobs, self.grid.send_and_receive(messages, timeout=self.timeout), round_number)
 
@@ -222,8 +224,8 @@ class PflkitStrategy(Strategy):
     returns the global model. Evaluation (personalized models on every client's test split) runs at the
     rounds ``runner.run`` evaluates."""
 
-    def __init__(self, server: FederatedServer, exchange: Exchange):
-        self.server, self.exchange = server, exchange
+    def __init__(self, server: FederatedServer, exchange: Exchange, progress: Path | None = None):
+        self.server, self.exchange, self.progress = server, exchange, progress
         self._round = None
         self._jobs: Pass = {}
         self._evaluation = None
@@ -250,6 +252,9 @@ class PflkitStrategy(Strategy):
         got = self.exchange.replies(self._jobs, replies, server_round)
         drive_rest(self._round, got, lambda jobs: self.exchange(jobs, server_round))
         self.round_seconds[server_round] = time.perf_counter() - self._t
+        if self.progress is not None:
+            with open(self.progress, "a") as f:
+                f.write(f"{server_round}\n")
         w = self.server.global_model()
         return ArrayRecord.from_torch_state_dict(w), MetricRecord({"seconds": self.round_seconds[server_round]})
 
@@ -320,36 +325,45 @@ def register(grid: Grid, timeout: float) -> dict[int, dict]:
     return by_partition
 
 
-def serve(grid: Grid, spec: RunSpec, results: str | None = None) -> dict:
-    """The ServerApp's work: register, start, evaluate at round 0, then ``Strategy.start`` for the rounds.
-    Returns (and with ``results`` writes as JSON, the final state beside it as ``.pt``) the run's
-    history, times and traffic."""
+def serve(grid: Grid, specs: list[RunSpec], results: str | None = None) -> dict:
+    """The ServerApp's work: register every node once, then for each spec: its start passes, evaluation at
+    round 0, ``Strategy.start`` for its rounds. Returns (and with ``results`` writes as JSON, the final
+    states beside it as ``.pt``) each run's history, times and traffic."""
     t0 = time.perf_counter()
+    progress = None
+    if results:
+        Path(results).parent.mkdir(parents=True, exist_ok=True)
+        progress = Path(results).with_suffix(".progress")
     grid = PollingGrid(grid)
-    infos = register(grid, spec.timeout)
-    t_registered = time.perf_counter()
-    server = make_server(spec, list(infos.values()))
-    exchange = Exchange({p: info["node"] for p, info in infos.items()}, spec.timeout)
-    exchange.grid = grid
-    drive(server.start(), lambda jobs: exchange(jobs, 0))
-    drive(server.evaluate(), lambda jobs: exchange(jobs, 0))
-    t_start = time.perf_counter()
-    strategy = PflkitStrategy(server, exchange)
-    strategy.start(grid, ArrayRecord.from_torch_state_dict(server.global_model()), num_rounds=spec.rounds,
-                   timeout=spec.timeout)
-    out = {"spec": json.loads(spec.to_json()), "history": server.history().to_dict(orient="list"),
-           "round_seconds": strategy.round_seconds, "eval_seconds": strategy.eval_seconds,
-           "registration_seconds": t_registered - t0, "setup_seconds": t_start - t_registered,
-           "total_seconds": time.perf_counter() - t0, "traffic": exchange.traffic,
-           "client_pids": sorted({int(i["pid"]) for i in infos.values()}),
-           "num_parameters": sum(v.numel() for v in server.global_model().values())}
+    infos = register(grid, specs[0].timeout)
+    out = {"registration_seconds": time.perf_counter() - t0, "runs": [],
+           "client_pids": sorted({int(i["pid"]) for i in infos.values()})}
+    states = []
+    for index, spec in enumerate(specs):
+        t1 = time.perf_counter()
+        server = make_server(spec, list(infos.values()))
+        exchange = Exchange({p: info["node"] for p, info in infos.items()}, spec.timeout, index)
+        exchange.grid = grid
+        drive(server.start(), exchange)  # round 0: before the first round
+        drive(server.evaluate(), exchange)
+        t_start = time.perf_counter()
+        strategy = PflkitStrategy(server, exchange, progress)
+        strategy.start(grid, ArrayRecord.from_torch_state_dict(server.global_model()), num_rounds=spec.rounds,
+                       timeout=spec.timeout)
+        out["runs"].append({"spec": json.loads(spec.to_json()), "history": server.history().to_dict(orient="list"),
+                            "round_seconds": strategy.round_seconds, "eval_seconds": strategy.eval_seconds,
+                            "setup_seconds": t_start - t1, "total_seconds": time.perf_counter() - t1,
+                            "traffic": exchange.traffic,
+                            "num_parameters": sum(v.numel() for v in server.global_model().values())})
+        states.append(final_state(server))
+    out["total_seconds"] = time.perf_counter() - t0
     if results:
         path = Path(results)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(final_state(server), path.with_suffix(".pt"))
+        torch.save(states, path.with_suffix(".pt"))
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(out, sort_keys=True))
         tmp.replace(path)
+    out["states"] = states
     return out
 
 
@@ -364,21 +378,21 @@ def final_state(server: FederatedServer) -> dict:
     return state
 
 
-def server_app(spec_json: str | None = None, results: dict | None = None) -> ServerApp:
-    """The ServerApp: its spec is ``spec_json`` or the run config's ``spec``; with ``results`` (a dict,
-    the simulation engine) the run's results are stored there too."""
+def server_app(specs_json: str | None = None, results: dict | None = None) -> ServerApp:
+    """The ServerApp: its specs are ``specs_json`` or the run config's ``specs``; with ``results`` (a dict,
+    the simulation engine) the results (final states included) are stored there too."""
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        spec = RunSpec.from_json(spec_json or str(context.run_config["spec"]))
-        out = serve(grid, spec, str(context.run_config.get("results", "")) or None)
+        specs = specs_from_json(specs_json or str(context.run_config["specs"]))
+        out = serve(grid, specs, str(context.run_config.get("results", "")) or None)
         if results is not None:
             results.update(out)
 
     return app
 
 
-#: what the deployment engine's FAB names (pyproject [tool.flwr.app.components]); spec from the run config
+#: what the deployment engine's FAB names (pyproject [tool.flwr.app.components]); specs from the run config
 flower_client_app = client_app()
 flower_server_app = server_app()

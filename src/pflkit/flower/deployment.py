@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from . import OFFLINE_ENV, require_flower
-from .spec import RunSpec
+from .spec import RunSpec, specs_to_json
 
 CONNECTION = "pflkit-local"
 #: seconds a process group gets between SIGTERM and SIGKILL
@@ -61,7 +61,7 @@ def _tool(name: str) -> str:
     return str(here) if here.exists() else name
 
 
-def app_bundle(folder: Path, spec: RunSpec, results: Path) -> Path:
+def app_bundle(folder: Path, specs: list[RunSpec], results: Path) -> Path:
     """Write the Flower App directory for one run (see the module docstring)."""
     import tomli_w
 
@@ -73,7 +73,7 @@ def app_bundle(folder: Path, spec: RunSpec, results: Path) -> Path:
         "tool": {"flwr": {"app": {"publisher": "pflkit",
                                   "components": {"serverapp": "pflkit.flower.apps:flower_server_app",
                                                  "clientapp": "pflkit.flower.apps:flower_client_app"},
-                                  "config": {"spec": spec.to_json(), "results": str(results)}}}},
+                                  "config": {"specs": specs_to_json(specs), "results": str(results)}}}},
     }
     (folder / "pyproject.toml").write_text(tomli_w.dumps(config))
     return folder
@@ -101,6 +101,7 @@ class Deployment:
                     "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
         self.port: int | None = None
         self.started_seconds: float | None = None
+        self.leftover: list[int] = []  # PIDs still alive after the last stop()
         self._old_handlers: dict = {}
 
     # ------------------------------------------------------------------ processes
@@ -208,6 +209,7 @@ class Deployment:
             except subprocess.TimeoutExpired:
                 pass
         left = [p.pid for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        self.leftover = left
         for log in self._logs:
             log.close()
         self._logs = []
@@ -215,27 +217,20 @@ class Deployment:
         return left
 
     # ------------------------------------------------------------------ a run
-    def run(self, spec: RunSpec, timeout: float | None = None) -> dict:
-        """Submit ``spec`` (``flwr run``), wait for it to end (at most ``timeout`` seconds, default: the
-        spec's per-pass timeout times its passes), and return the ServerApp's results."""
-        results = self.workdir / "results" / f"run-{time.time_ns()}.json"
-        folder = app_bundle(self.workdir / "pflkit-app", spec, results)
-        limit = timeout if timeout is not None else spec.timeout * (4 * spec.rounds + 4)
-        name = f"flwr-run-{len([n for n in self.procs if n.startswith('flwr-run')])}"
-        t0 = time.perf_counter()
-        proc = self._spawn(name, [_tool("flwr"), "run", str(folder), CONNECTION, "--stream"])
-        try:
-            proc.wait(limit)
-        except subprocess.TimeoutExpired:
-            raise TimeoutError(f"the run did not end within {limit:g} s:\n" + self.log_tail(name)) from None
-        if not results.exists():
-            raise RuntimeError(f"the ServerApp failed (no results; `flwr run` exited with {proc.returncode}):\n"
-                               + self.log_tail(name, 40))
-        out = json.loads(results.read_text())
-        out["wall_seconds"] = time.perf_counter() - t0
-        out["state_file"] = str(results.with_suffix(".pt"))
-        out["engine"] = "deployment"
-        return out
+    def submit(self, specs: list[RunSpec]) -> "Run":
+        """Submit ``specs`` (one or more methods on one federation) with ``flwr run`` (its log streamed to
+        ``flwr-run-<i>.log``); returns at once."""
+        specs = [specs] if isinstance(specs, RunSpec) else list(specs)
+        i = len([n for n in self.procs if n.startswith("flwr-run")])
+        results = self.workdir / "results" / f"run-{i}.json"
+        folder = app_bundle(self.workdir / "pflkit-app", specs, results)
+        name = f"flwr-run-{i}"
+        return Run(self, name, self._spawn(name, [_tool("flwr"), "run", str(folder), CONNECTION, "--stream"]),
+                   results, specs)
+
+    def run(self, specs: list[RunSpec], timeout: float | None = None) -> dict:
+        """Submit ``specs``, wait for them to end and return the ServerApp's results (``Run.wait``)."""
+        return self.submit(specs).wait(timeout)
 
     # ------------------------------------------------------------------ clean-up hooks
     def _install_handlers(self) -> None:
@@ -263,6 +258,43 @@ class Deployment:
         self.stop()
 
 
+class Run:
+    """A submitted run: ``progress()`` (rounds done so far), ``wait()`` (its results)."""
+
+    def __init__(self, deployment: Deployment, name: str, proc: subprocess.Popen, results: Path,
+                 specs: list[RunSpec]):
+        self.deployment, self.name, self.proc, self.results, self.specs = deployment, name, proc, results, specs
+        self.t0 = time.perf_counter()
+
+    def progress(self) -> int:
+        """The rounds the ServerApp has finished, all its specs together (its ``.progress`` file)."""
+        path = self.results.with_suffix(".progress")
+        return len(path.read_text().split()) if path.exists() else 0
+
+    def wait(self, timeout: float | None = None) -> dict:
+        """Wait for the run to end (at most ``timeout`` seconds; default: the spec's per-pass timeout times
+        a bound on its passes) and return the ServerApp's results; a run that failed raises RuntimeError
+        with the end of its log (the ServerApp's error: which client, node, round and pass)."""
+        limit = timeout if timeout is not None else sum(s.timeout * (4 * s.rounds + 4) for s in self.specs)
+        try:
+            self.proc.wait(limit)
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"the run did not end within {limit:g} s:\n"
+                               + self.deployment.log_tail(self.name)) from None
+        if not self.results.exists():
+            log = self.deployment.log_tail(self.name, 60)
+            errors = [line for line in log.splitlines() if "Error:" in line and not line.startswith(" ")]
+            raise RuntimeError("the ServerApp failed" + (f": {errors[-1]}" if errors else "") + " (no results; "
+                               f"`flwr run` exited with {self.proc.returncode}); the end of its log:\n" + log)
+        import torch
+
+        out = json.loads(self.results.read_text())
+        out["states"] = torch.load(self.results.with_suffix(".pt"), weights_only=True)
+        out["wall_seconds"] = time.perf_counter() - self.t0
+        out["engine"] = "deployment"
+        return out
+
+
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
     try:
         os.killpg(proc.pid, sig)  # the group start_new_session made: the process and its children
@@ -270,13 +302,14 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         pass
 
 
-def deploy(spec: RunSpec, workdir: str | Path | None = None, threads: int = 1) -> dict:
-    """Start a deployment with one SuperNode per client of ``spec``, run it, stop everything; returns the
-    results with ``startup_seconds`` (processes up) and ``leftover_pids`` (none expected)."""
-    num_nodes = spec.federation().num_clients
-    dep = Deployment(num_nodes, workdir, threads=threads)
+def deploy(specs: list[RunSpec], workdir: str | Path | None = None, threads: int = 1) -> dict:
+    """Start a deployment with one SuperNode per client of the specs' federation, run them, stop
+    everything; returns the results with ``startup_seconds`` (processes up) and ``leftover_pids`` (none
+    expected)."""
+    specs = [specs] if isinstance(specs, RunSpec) else list(specs)
+    dep = Deployment(specs[0].federation().num_clients, workdir, threads=threads)
     with dep:
-        out = dep.run(spec)
-    out["leftover_pids"] = dep.stop()
+        out = dep.run(specs)
+    out["leftover_pids"] = dep.leftover
     out["startup_seconds"] = dep.started_seconds
     return out

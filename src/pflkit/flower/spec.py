@@ -119,3 +119,20 @@ class RunSpec:
     def from_json(cls, text: str) -> "RunSpec":
         return cls(**json.loads(text))
 
+
+
+def specs_to_json(specs: list[RunSpec]) -> str:
+    """Several runs on one federation (one registration, the same nodes) as one JSON text."""
+    specs = list(specs)
+    if not specs:
+        raise ValueError("need at least one RunSpec")
+    first = specs[0]
+    other = [s.name for s in specs if (s.data, s.batch_order) != (first.data, first.batch_order)]
+    if other:
+        raise ValueError(f"runs sharing a federation need the same data and batch_order as {first.name!r}; "
+                         f"{other} differ")
+    return "[" + ",".join(s.to_json() for s in specs) + "]"
+
+
+def specs_from_json(text: str) -> list[RunSpec]:
+    return [RunSpec(**d) for d in json.loads(text)]
