@@ -181,6 +181,8 @@ STAGES: tuple[Stage, ...] = (
           results=("run.json", "history.csv", "groups.csv", "costs.csv", "clients.csv"),
           plots=(Plot("curves_accuracy.csv", x="round", y_label="accuracy",
                       title="PERM Sec. 3.3 (heterogeneous models): mean personalized test accuracy"),)),
+    Stage("flower_equivalence", "flower", "notebooks/flower/equivalence.py",
+          "pflkit.experiments.flower:FlowerEquivalenceConfig", results=("history.csv", "run.json", "final.csv")),
 )
 
 #: name -> stage
