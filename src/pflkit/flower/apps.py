@@ -336,7 +336,7 @@ def serve(grid: Grid, specs: list[RunSpec], results: str | None = None) -> dict:
         progress = Path(results).with_suffix(".progress")
     grid = PollingGrid(grid)
     infos = register(grid, specs[0].timeout)
-    out = {"registration_seconds": time.perf_counter() - t0, "runs": [],
+    out = {"registration_seconds": time.perf_counter() - t0, "registered_at": time.time(), "runs": [],
            "client_pids": sorted({int(i["pid"]) for i in infos.values()})}
     states = []
     for index, spec in enumerate(specs):
