@@ -2,19 +2,21 @@
 #   make reproduce   set up .venv if missing, fetch offline data, run the whole DVC pipeline
 #                    (PROFILE=paper: every stage at the papers' settings, under build/paper/, outside DVC)
 #   make test        set up .venv if missing, lint (ruff check), run every notebook (nbval), the
-#                    smoke-result regression, unit and integration tests
+#                    smoke-result regression, unit and integration tests (Flower's tests skip unless the
+#                    extra is installed: `make flower`, which `make reproduce` and CI run)
 # Torch threads follow OMP_NUM_THREADS (params.yaml `threads: auto`): OMP_NUM_THREADS=2 make test.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.pflkit-installed
+FLOWER_STAMP := $(VENV)/.pflkit-flower-installed
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 export PYTHONDONTWRITEBYTECODE := 1
 
 NBVAL := --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: reproduce test lint test-notebooks check-lock setup kernel data notebooks bench validate clean
+.PHONY: reproduce test lint test-notebooks check-lock setup flower kernel data notebooks bench validate clean
 
 # torch==2.13.0 first: the CPU build this workplace serves locally (a bare `torch` pulls CUDA wheels)
 $(STAMP): pyproject.toml
@@ -29,6 +31,14 @@ kernel: $(STAMP)
 
 setup: $(STAMP) kernel
 
+# the optional extra pflkit[flower] (Flower 1.42 + Ray): the flower_equivalence stage runs its Flower engines
+# with it (without it, it runs in-process only and says so); torch stays the CPU build installed above
+$(FLOWER_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,flower]'
+	@touch $@
+
+flower: setup $(FLOWER_STAMP)
+
 data: setup
 	@bash scripts/fetch_offline_data.sh
 
@@ -36,7 +46,7 @@ validate: setup
 	$(PY) -m pflkit validate
 
 PROFILE ?= default
-reproduce: setup data validate
+reproduce: setup flower data validate
 ifeq ($(PROFILE),default)
 	dvc repro
 else

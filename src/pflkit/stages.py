@@ -201,7 +201,7 @@ _PERM, _CHAYTI, _CHARLES = "pflkit.experiments.perm", "pflkit.experiments.chayti
 _NN = "pflkit.experiments.charles_nn"
 _SYNTHETIC = "perm-synthetic"
 #: the compute stages that read PERM's synthetic data (each its own prepared folder, from its own section)
-SYNTHETIC_CONSUMERS = ("perm_fig1", "perm_alpha_convergence", "perm_fig3")
+SYNTHETIC_CONSUMERS = ("perm_fig1", "perm_alpha_convergence", "perm_fig3", "flower_equivalence")
 _NN_DATA = ("femnist", "cifar100", "fashion-mnist", "shakespeare")
 
 
@@ -324,6 +324,10 @@ STAGES: tuple[Stage, ...] = _with_plots(
           data=("fashion-mnist",), models=True,
           plots=(Plot("curves_accuracy.csv", x="round", y_label="accuracy",
                       title="PERM Sec. 3.3 (heterogeneous models): mean personalized test accuracy"),)),
+    Stage("flower_equivalence", "flower", "notebooks/flower/equivalence.py",
+          "pflkit.experiments.flower:FlowerEquivalenceConfig",
+          results=("history.csv", "run.json", "final.csv", "differences.csv"),
+          data=(_synthetic("flower_equivalence"),), models=True),
 )
 
 #: name -> stage (notebook stages); DATA_BY_KEY: data stage key -> data stage

@@ -82,3 +82,16 @@ def test_fig6_alpha_convergence_and_hetero_models_reproduce_their_tables(tmp_pat
     perm_hetero.save_models(cfg, result, tmp_path / "hetero")
     saved = perm_hetero.saved_groups(cfg, tmp_path / "hetero")
     _assert_exactly(saved, result.groups.drop(index="Majority class").loc[saved.index])
+
+
+def test_flower_equivalence_saves_the_in_process_models_and_they_reproduce_its_table(tmp_path):
+    from pflkit.experiments import flower
+    cfg = _smoke("flower_equivalence")
+    result = flower.equivalence(cfg, engines=[], show_progress=False)  # in-process and the one-process protocol
+    written = flower.save_models(cfg, result, tmp_path)
+    assert len(written) == len(cfg.methods) * len(cfg.seeds)
+    saved = perm.saved_final(cfg, tmp_path)
+    recorded = result.table.xs(flower.IN_PROCESS, level="engine")
+    for method in saved.index:
+        for metric in ("accuracy", "loss"):
+            assert saved.loc[method, f"{metric}_mean"] == recorded.loc[method, metric], (method, metric)

@@ -58,6 +58,17 @@ def test_uneven_benchmark_writes_its_table(tmp_path):
     assert "| evaluation (test split), ms |" in (tmp_path / "uneven.md").read_text()
 
 
+def test_flower_benchmark_writes_its_table(tmp_path):
+    """In-process only (the Flower engines need the extra; benchmarks/results/flower.md has them all)."""
+    flower = _load("flower")
+    res = flower.main(["--quick", "--engines", "in-process", "--out", str(tmp_path)])
+    [run] = res["runs"]
+    assert run["engine"] == "in-process" and run["clients"] == 3 and run["peak_rss_mb"] > 0
+    assert [m["method"] for m in run["methods"]] == ["FedAvg", "PERM"]
+    assert all(len(m["round_seconds"]) == 2 and 0 <= m["accuracy"] <= 1 for m in run["methods"])
+    assert "| in-process | 3 | PERM |" in (tmp_path / "flower.md").read_text()
+
+
 def test_paper_estimates_multiply_a_timed_round_out_and_say_what_they_skipped(tmp_path):
     """On the smoke profile (seconds): every method of a curve stage and every task of a grid stage gets a
     timed round; the estimate is that time multiplied out as the docstring says (checked from the detail);

@@ -15,8 +15,17 @@ def _norm(spec: str) -> tuple[str, str]:
 
 def test_environment_yml_matches_pyproject():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    pip_specs = project["dependencies"] + project["optional-dependencies"]["dev"]
+    extras = project["optional-dependencies"]
+    pip_specs = project["dependencies"] + extras["dev"] + extras["flower"]
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     conda_pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
     assert dict(map(_norm, pip_specs)) == dict(map(_norm, conda_pip))
     assert dict(map(_norm, pip_specs))["torch"] == ">=2.4"
+
+
+def test_flower_is_an_extra_not_a_core_dependency():
+    """pflkit runs (and `make test` passes) without Flower: flwr is only in the extra `flower`."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = lambda specs: {_norm(s)[0].split("[")[0] for s in specs}  # noqa: E731
+    assert "flwr" not in names(project["dependencies"]) | names(project["optional-dependencies"]["dev"])
+    assert names(project["optional-dependencies"]["flower"]) == {"flwr"}

@@ -7,7 +7,7 @@ import torch
 
 from ..data.federated import FederatedDataset
 from ..engine.functional import FunctionalModel
-from ..engine.local_sgd import local_sgd
+from ..engine.local_sgd import expand_schedule, local_sgd
 from ..engine.params import Params, broadcast
 from .base import BaseState, check_batch_size, check_positive, eval_generator
 from .round import WEIGHTINGS, aggregate, client_weights, local_round, sample_clients
@@ -82,11 +82,31 @@ class FedAvg:
     def aggregate(self, s: FedAvgState, clients: torch.Tensor, local: Params) -> Params:
         return aggregate(local, client_weights(s.data, clients, self.weighting), self.radius)
 
+    # -- the round, in three parts a federated engine calls apart (``pflkit.flower``): the participants
+    # (drawn on the server), the client work (each client alone, on the minibatches of ``batch_schedule``)
+    # and the server update
+    def client_work(self, w: Params, data: FederatedDataset, clients: torch.Tensor,
+                    generator: torch.Generator) -> Params:
+        """The participants' local models [M, ..] from the global model w (``local_round``)."""
+        return local_round(self.model, w, data, clients, steps=self.local_steps, lr=self.lr,
+                           batch_size=self.batch_size, generator=generator)
+
+    def batch_schedule(self, clients: torch.Tensor) -> torch.Tensor:
+        """The one ``sample_indices`` call of ``client_work`` (client axis last): [K, M]."""
+        return expand_schedule(clients, self.local_steps)
+
+    def server_update(self, s: FedAvgState, clients: torch.Tensor, local: Params) -> Params:
+        """The new global model from the participants' outputs."""
+        return self.aggregate(s, clients, local)
+
     def round(self, s: FedAvgState) -> FedAvgState:
         clients = self.participants(s)
-        local = local_round(self.model, s.w, s.data, clients, steps=self.local_steps, lr=self.lr,
-                            batch_size=self.batch_size, generator=s.generator)
-        return FedAvgState(s.data, s.generator, s.seed, s.round + 1, self.aggregate(s, clients, local))
+        local = self.client_work(s.w, s.data, clients, s.generator)
+        return FedAvgState(s.data, s.generator, s.seed, s.round + 1, self.server_update(s, clients, local))
+
+    def personal_schedule(self, n: int) -> torch.Tensor | None:
+        """The ``sample_indices`` call of ``personalized`` for n clients (None: it draws nothing)."""
+        return None
 
     def personalized(self, s: FedAvgState) -> Params:
         return broadcast(s.w, s.data.num_clients)
@@ -102,6 +122,9 @@ class LocalizedFedAvg(FedAvg):
         super().__init__(model, **kwargs)
         self.finetune_steps = check_positive("finetune_steps", finetune_steps, integer=True)
         self.finetune_lr = check_positive("finetune_lr", finetune_lr)
+
+    def personal_schedule(self, n: int) -> torch.Tensor:
+        return expand_schedule(torch.arange(n), self.finetune_steps)
 
     def personalized(self, s: FedAvgState) -> Params:
         n = s.data.num_clients

@@ -94,11 +94,10 @@ class PerFedAvg(FedAvg):
     def client_updates(self, w: Params, data: FederatedDataset, clients: Tensor,
                        generator: torch.Generator) -> Params:
         """tau Per-FedAvg local steps from w on every listed client at once -> [M, ..]."""
-        m, tau = len(clients), self.local_steps
-        parts = 3 if self.variant == "hf" else 2
-        idx = data.sample_indices(clients.view(1, 1, m).expand(tau, parts, m), self.batch_size, generator)
+        m = len(clients)
+        idx = data.sample_indices(self.batch_schedule(clients), self.batch_size, generator)
         v = broadcast(w, m)
-        for t in range(tau):
+        for t in range(self.local_steps):
             x, y = data.x_train[idx[t]], data.y_train[idx[t]]  # [parts, M, B, ..]
             g, _ = self.model.batched_grad(v, x[0], y[0])
             temp = {k: p - self.alpha * g[k] for k, p in v.items()}
@@ -109,16 +108,22 @@ class PerFedAvg(FedAvg):
             v = {k: p - self.beta * step[k] for k, p in v.items()}
         return v
 
-    # ------------------------------------------------------------------ protocol
-    def round(self, s: FedAvgState) -> FedAvgState:
-        clients = self.participants(s)
-        local = self.client_updates(s.w, s.data, clients, s.generator)
-        return FedAvgState(s.data, s.generator, s.seed, s.round + 1, self.aggregate(s, clients, local))
+    def batch_schedule(self, clients: Tensor) -> Tensor:
+        """The one ``sample_indices`` call of ``client_updates``: [tau, 2 or 3, M] (D, D'(, D''))."""
+        m, parts = len(clients), 3 if self.variant == "hf" else 2
+        return clients.view(1, 1, m).expand(self.local_steps, parts, m)
+
+    # ------------------------------------------------------------------ protocol (FedAvg's round)
+    def client_work(self, w: Params, data: FederatedDataset, clients: Tensor, generator: torch.Generator) -> Params:
+        return self.client_updates(w, data, clients, generator)
+
+    def personal_schedule(self, n: int) -> Tensor:
+        return torch.arange(n).unsqueeze(0)
 
     def personalized(self, s: FedAvgState) -> Params:
         """w - alpha g(w; D_i) for every client i, D_i a training minibatch from eval_generator."""
         n = s.data.num_clients
-        idx = s.data.sample_indices(torch.arange(n).unsqueeze(0), self.batch_size, eval_generator(s))[0]
+        idx = s.data.sample_indices(self.personal_schedule(n), self.batch_size, eval_generator(s))[0]
         v = broadcast(s.w, n)
         g, _ = self.model.batched_grad(v, s.data.x_train[idx], s.data.y_train[idx])
         return {k: p - self.alpha * g[k] for k, p in v.items()}

@@ -126,16 +126,36 @@ def projected_gd(d: Tensor, n: Tensor, lam: float, steps: int, init: Tensor | No
     return a
 
 
-def client_gradients(model: FunctionalModel, w: Params, data: FederatedDataset, samples: int | None,
-                     generator: torch.Generator) -> Tensor:
-    """grad f_j(w) for every client j as rows [N, P]: exact (``samples=None``) or from M samples."""
+def local_gradients(model: FunctionalModel, w: Params, data: FederatedDataset, samples: int | None,
+                    generator: torch.Generator) -> Params:
+    """grad f_j(w) for every client j, stacked [N, ..]: exact (``samples=None``, no draw) or from
+    ``samples`` rows per client (one ``sample_indices`` call of shape [N])."""
     stacked = broadcast(w, data.num_clients)
     if samples is None:
         grads, _ = full_gradients(model, stacked, data)
     else:
         idx = data.sample_indices(torch.arange(data.num_clients), samples, generator)
         grads, _ = model.batched_grad(stacked, data.x_train[idx], data.y_train[idx])
-    return flatten(grads)
+    return grads
+
+
+def client_gradients(model: FunctionalModel, w: Params, data: FederatedDataset, samples: int | None,
+                     generator: torch.Generator) -> Tensor:
+    """grad f_j(w) for every client j as rows [N, P]: exact (``samples=None``) or from M samples."""
+    return flatten(local_gradients(model, w, data, samples, generator))
+
+
+def alpha_from_gradients(grads: Tensor, n: Tensor, lam: float, *, solver: str = "exact", steps: int = 100,
+                         init: Tensor | None = None) -> Tensor:
+    """alpha [N, N] from the clients' gradients at the global model (rows [N, P]) and sizes n [N]:
+    the server's part of the alpha update (a federated engine gathers the gradients)."""
+    if solver not in ALPHA_SOLVERS:
+        raise ValueError(f"alpha solver must be one of {ALPHA_SOLVERS}, got {solver!r}")
+    d = discrepancies(grads)
+    n = n.to(d.device)
+    if solver == "exact":
+        return water_filling(d, n, lam)
+    return projected_gd(d, n, lam, steps, init)
 
 
 def mixing_weights(model: FunctionalModel, w: Params, data: FederatedDataset, lam: float, *,
@@ -145,11 +165,8 @@ def mixing_weights(model: FunctionalModel, w: Params, data: FederatedDataset, la
     if solver not in ALPHA_SOLVERS:
         raise ValueError(f"alpha solver must be one of {ALPHA_SOLVERS}, got {solver!r}")
     gen = generator if generator is not None else torch.Generator().manual_seed(0)
-    d = discrepancies(client_gradients(model, w, data, samples, gen))
-    n = data.train_sizes.to(d.device)
-    if solver == "exact":
-        return water_filling(d, n, lam)
-    return projected_gd(d, n, lam, steps, init)
+    return alpha_from_gradients(client_gradients(model, w, data, samples, gen), data.train_sizes, lam,
+                                solver=solver, steps=steps, init=init)
 
 
 # --------------------------------------------------------------------------- shuffling
@@ -159,6 +176,12 @@ def shuffle_clients(sigma: Tensor, step: int) -> Tensor:
     return sigma[(torch.arange(n) + step) % n]
 
 
+def shuffle_step_sizes(alpha: Tensor, clients: Tensor, lr: float, device=None) -> Tensor:
+    """The step of model i on its client c_i in a shuffle round: eta * alpha_i(c_i) * N, [N] float32."""
+    n = len(clients)
+    return lr * n * alpha[torch.arange(n), clients.to(alpha.device)].float().to(device or alpha.device)
+
+
 def shuffle_steps(model: FunctionalModel, v: Params, data: FederatedDataset, alpha: Tensor, sigma: Tensor,
                   step: int, *, local_steps: int, lr: float, batch_size: int | None,
                   generator: torch.Generator, masks: Params | None = None) -> Params:
@@ -166,9 +189,8 @@ def shuffle_steps(model: FunctionalModel, v: Params, data: FederatedDataset, alp
 
     With ``masks`` (model i's architecture m_i, stacked [N, ..]; PERM-hetero's visiting rule) model i
     on client c trains the slice m_i AND m_c, the part of it client c can hold."""
-    n = data.num_clients
     clients = shuffle_clients(sigma, step)
-    scale = lr * n * alpha[torch.arange(n), clients.to(alpha.device)].float().to(data.device)
+    scale = shuffle_step_sizes(alpha, clients, lr, data.device)
     if masks is not None:
         masks = intersect(masks, {k: m[clients.to(m.device)] for k, m in masks.items()})
     v, _ = local_sgd(model, v, data, clients, steps=local_steps, lr=scale, batch_size=batch_size,
@@ -278,18 +300,32 @@ class PERM:
 
     def _alpha(self, s: PERMState, init: Tensor | None) -> Tensor:
         """alpha at the current global model: exact, or ``alpha_steps`` GD steps warm-started at ``init``."""
-        return mixing_weights(self.model, s.w, s.data, self.lam, solver=self.alpha_solver, steps=self.alpha_steps,
-                              samples=self.alpha_samples, generator=s.generator, init=init)
+        grads = client_gradients(self.model, s.w, s.data, self.alpha_samples, s.generator)
+        return self.alpha_from_gradients(s, grads, init)
+
+    def alpha_from_gradients(self, s: PERMState, grads: Tensor, init: Tensor | None) -> Tensor:
+        """The alpha update from the clients' gradients at the global model (rows [N, P])."""
+        return alpha_from_gradients(grads, s.data.train_sizes, self.lam, solver=self.alpha_solver,
+                                    steps=self.alpha_steps, init=init)
 
     # -- the round
     def _period(self, n: int) -> int | None:
         return n if self.update_every == "epoch" else self.update_every
 
+    def update_due(self, s: PERMState) -> bool:
+        """Whether the round just taken (``s.shuffle_round`` counted) ends with the global step + alpha update."""
+        period = self._period(s.data.num_clients)
+        return period is not None and s.shuffle_round % period == 0
+
+    def initial_state(self, data: FederatedDataset, seed: int) -> PERMState:
+        """The state before personalization starts (global model only)."""
+        return PERMState(data, torch.Generator().manual_seed(seed), seed, 0, self.model.init(seed), None, None,
+                         None, 0)
+
     def init(self, data: FederatedDataset, seed: int) -> PERMState:
-        s = PERMState(data, torch.Generator().manual_seed(seed), seed, 0, self.model.init(seed), None, None,
-                      None, 0)
+        s = self.initial_state(data, seed)
         if self.warmup_rounds == 0:
-            self._start(s)
+            self.start_personalization(s)
         return s
 
     def _broadcast_personal(self, s: PERMState) -> Params:
@@ -297,13 +333,15 @@ class PERM:
         masks = self.personal_masks(s.data)
         return v if masks is None else apply_masks(v, masks)
 
-    def _start(self, s: PERMState):
+    def start_personalization(self, s: PERMState, alpha: Tensor | None = None):
+        """Personalization starts: v_i = w, alpha uniform or estimated at w (``alpha``: that estimate,
+        computed elsewhere, e.g. by a federated engine from the clients' gradients)."""
         n = s.data.num_clients
         s.v = self._broadcast_personal(s)
         if self.alpha_init == "uniform":
             s.alpha = torch.full((n, n), 1.0 / n, dtype=torch.float64, device=s.data.device)
         else:
-            s.alpha = self._alpha(s, None)
+            s.alpha = self._alpha(s, None) if alpha is None else alpha
 
     def round(self, s: PERMState) -> PERMState:
         data, n = s.data, s.data.num_clients
@@ -314,7 +352,7 @@ class PERM:
                                 batch_size=self.batch_size, generator=s.generator, masks=masks)
             s.w = aggregate(local, masks=masks, base=s.w)
             if s.round >= self.warmup_rounds:
-                self._start(s)
+                self.start_personalization(s)
             return s
         if self.visit == "alpha":
             s.v = alpha_visit_steps(self.model, s.v, data, s.alpha, local_steps=self.local_steps, lr=self.lr,
@@ -328,8 +366,7 @@ class PERM:
                                 lr=self.lr, batch_size=self.batch_size, generator=s.generator,
                                 masks=self.personal_masks(data))
         s.shuffle_round += 1
-        period = self._period(n)
-        if period is not None and s.shuffle_round % period == 0:
+        if self.update_due(s):
             self._global_step(s, masks)
             s.alpha = self._alpha(s, init=s.alpha)
         return s
@@ -339,17 +376,24 @@ class PERM:
         coordinate-wise mean over the clients covering it of M_j (.) grad f_j(M_j (.) w))."""
         n = s.data.num_clients
         for _ in range(self.global_steps):
-            stacked = broadcast(s.w, n) if masks is None else apply_masks(broadcast(s.w, n), masks)
-            if self.alpha_samples is None:
-                grads, _ = full_gradients(self.model, stacked, s.data)
-            else:
-                idx = s.data.sample_indices(torch.arange(n), self.alpha_samples, s.generator)
-                grads, _ = self.model.batched_grad(stacked, s.data.x_train[idx], s.data.y_train[idx])
             if masks is None:
-                s.w = {k: v - self.global_lr * grads[k].mean(0) for k, v in s.w.items()}
+                grads = local_gradients(self.model, s.w, s.data, self.alpha_samples, s.generator)
             else:
-                step = aggregate(grads, masks=masks, base={k: torch.zeros_like(p) for k, p in s.w.items()})
-                s.w = {k: p - self.global_lr * step[k] for k, p in s.w.items()}
+                stacked = apply_masks(broadcast(s.w, n), masks)
+                if self.alpha_samples is None:
+                    grads, _ = full_gradients(self.model, stacked, s.data)
+                else:
+                    idx = s.data.sample_indices(torch.arange(n), self.alpha_samples, s.generator)
+                    grads, _ = self.model.batched_grad(stacked, s.data.x_train[idx], s.data.y_train[idx])
+            s.w = self.global_update(s.w, grads, masks)
+
+    def global_update(self, w: Params, grads: Params, masks: Params | None = None) -> Params:
+        """One global step from the clients' gradients (stacked [N, ..]): w - gamma * mean_j grad_j (with
+        masks: the coordinate-wise mean over the clients covering it)."""
+        if masks is None:
+            return {k: v - self.global_lr * grads[k].mean(0) for k, v in w.items()}
+        step = aggregate(grads, masks=masks, base={k: torch.zeros_like(p) for k, p in w.items()})
+        return {k: p - self.global_lr * step[k] for k, p in w.items()}
 
     def personalized(self, s: PERMState) -> Params:
         return self._broadcast_personal(s) if s.v is None else s.v

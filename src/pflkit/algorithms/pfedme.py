@@ -70,8 +70,7 @@ class PFedMe(FedAvg):
                        generator: torch.Generator) -> tuple[Params, Params]:
         """One pFedMe local round from w on every listed client at once -> (w_local, theta), [M, ..]."""
         m, lam = len(clients), self.lam
-        schedule = clients.unsqueeze(0).expand(self.local_steps, m)
-        idx = data.sample_indices(schedule, self.batch_size, generator)  # [R, M, B]
+        idx = data.sample_indices(self.batch_schedule(clients), self.batch_size, generator)  # [R, M, B]
         local, theta = broadcast(w, m), broadcast(w, m)
         for r in range(self.local_steps):
             x, y = data.x_train[idx[r]], data.y_train[idx[r]]
@@ -81,12 +80,21 @@ class PFedMe(FedAvg):
             local = {k: p - self.lr * lam * (p - theta[k]) for k, p in local.items()}
         return local, theta
 
-    def round(self, s: FedAvgState) -> FedAvgState:
-        clients = self.participants(s)
-        local, _ = self.client_updates(s.w, s.data, clients, s.generator)
+    def batch_schedule(self, clients: Tensor) -> Tensor:
+        """The one ``sample_indices`` call of ``client_updates``: [R, M]."""
+        return clients.unsqueeze(0).expand(self.local_steps, len(clients))
+
+    # -- FedAvg's round with pFedMe's client work and server mixing
+    def client_work(self, w: Params, data: FederatedDataset, clients: Tensor, generator: torch.Generator) -> Params:
+        local, _ = self.client_updates(w, data, clients, generator)
+        return local
+
+    def server_update(self, s: FedAvgState, clients: Tensor, local: Params) -> Params:
         avg = self.aggregate(s, clients, local)
-        w = avg if self.beta == 1 else {k: (1 - self.beta) * s.w[k] + self.beta * avg[k] for k in avg}
-        return FedAvgState(s.data, s.generator, s.seed, s.round + 1, w)
+        return avg if self.beta == 1 else {k: (1 - self.beta) * s.w[k] + self.beta * avg[k] for k in avg}
+
+    def personal_schedule(self, n: int) -> Tensor:
+        return self.batch_schedule(torch.arange(n))
 
     def personalized(self, s: FedAvgState) -> Params:
         n = s.data.num_clients

@@ -1,0 +1,63 @@
+"""pflkit's methods on a real federated engine: Flower (``pip install -e '.[flower]'``).
+
+One process is one client and only models (and the server's minibatch draws, below) travel. The
+in-process algorithm classes stay the single source of every method's math:
+
+* **Client side** (``client.FederatedClient``): a node holds one partition of the federation and runs
+  the algorithm's own client code for that one client: ``algorithms.round.local_round``,
+  ``engine.local_sgd``, ``PerFedAvg.client_updates``, ``PFedMe.client_updates``,
+  ``perm.local_gradients``, ``Algorithm.personalized`` and ``eval.evaluate``, called with a one-client
+  dataset (DESIGN.md, "The seam for a federated engine").
+* **Server side** (``server``): the algorithm's state lives on the server (PERM: the N personalized
+  models, alpha, the shuffle permutation), and each round is the algorithm's round cut where the
+  client work is: the participants (``round.sample_clients``), the draws, the per-client jobs, then
+  the server update (``round.aggregate``, ``PFedMe.server_update``, ``PERM.global_update``,
+  ``perm.alpha_from_gradients``: water-filling or projected GD).
+* **Same draws, same result.** The batched engine draws every minibatch of a round at once from the
+  state's CPU generator (``FederatedDataset.sample_indices``). The server owns that generator, makes the
+  same draws in the same order on a sizes-only view of the federation (``server.sizes_only``) and sends
+  every client its slice of rows with its model; the client replays them (``client.ReplayedDraws``,
+  a one-client dataset whose ``sample_indices`` returns the rows it was sent). So with the same seed a
+  federated run reproduces the in-process one (float32 rounding of one client alone vs inside the
+  batch aside).
+* **Transports.** A round is a Python generator of passes (``{client: Job}`` out, ``{client: Reply}``
+  in), so the same server code runs over ``loopback`` (in one process, no Flower: tests),
+  Flower's simulation engine (``simulation``, Ray) and its deployment engine (``deployment``: a
+  SuperLink and N SuperNodes as local processes). ``apps`` holds the Flower ClientApp, ServerApp and
+  the Strategy whose ``configure_train`` addresses each node with its own message.
+
+Only ``apps``, ``simulation`` and ``deployment`` import flwr. Runs stay offline: importing this package
+sets Flower's and Ray's telemetry, update checks and runtime dependency installation off
+(``OFFLINE_ENV``), for this process and the processes it starts.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+
+#: the engines a run is compared on, by key, and their names in tables and figures (in the order rows are
+#: written: Flower's last, so a run without Flower writes the first rows of a run with it)
+ENGINE_NAMES = {"in-process": "in-process (batched)", "loopback": "federated protocol, one process",
+                "simulation": "Flower simulation (Ray)", "deployment": "Flower deployment (SuperLink + SuperNodes)"}
+
+#: Flower and Ray never phone home, never look for updates and never install packages at run time
+OFFLINE_ENV = {
+    "FLWR_TELEMETRY_ENABLED": "0",
+    "FLWR_DISABLE_UPDATE_CHECK": "1",
+    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+    "RAY_USAGE_STATS_ENABLED": "0",
+}
+os.environ.update(OFFLINE_ENV)
+
+INSTALL_HINT = "pip install -e '.[flower]' (Flower 1.42 with its Ray simulation engine)"
+
+
+def flower_installed() -> bool:
+    """Whether flwr (the optional extra ``pflkit[flower]``) can be imported."""
+    return importlib.util.find_spec("flwr") is not None
+
+
+def require_flower() -> None:
+    """Raise an ImportError that says how to install Flower when it is missing."""
+    if not flower_installed():
+        raise ImportError(f"Flower is not installed: {INSTALL_HINT}")

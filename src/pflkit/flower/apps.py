@@ -1,0 +1,398 @@
+"""The Flower apps: a ClientApp that runs ``FederatedClient`` jobs, a ServerApp that registers every node
+and runs the method's server (``server``) through ``PflkitStrategy``, a Flower Strategy whose
+``configure_train`` addresses each node with its own message (PERM: the personalized model visiting it).
+
+Message types: ``query.info`` (registration: partition and sizes), ``train`` (local training),
+``query.gradients`` (PERM's gradient pass) and ``evaluate`` (personalized scores). A pass waits at most
+``RunSpec.timeout`` seconds; a node that does not answer, or answers with an error, stops the run with a
+``FederationError`` naming the client, its node, the round and the pass, so the server never hangs.
+
+A run holds one or more RunSpecs on the same federation (``spec.specs_to_json``), run one after the
+other over the same registered nodes; every message names its spec (config ``run``). The specs come
+from the run config (``specs``; ``results``: a file for the results, written by the ServerApp) in the
+deployment engine, or are bound by ``client_app`` / ``server_app`` for the simulation engine.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import Strategy
+
+from .client import DRAW, EVALUATE, GRAD, GRADIENTS, MODEL, TRAIN, FederatedClient, Job, Reply
+from .server import FederatedServer, Pass, Replies, drive, evaluation_due, make_server
+from .spec import RunSpec, specs_from_json
+
+MESSAGE_TYPES = {TRAIN: "train", GRADIENTS: "query.gradients", EVALUATE: "evaluate"}
+INFO = "query.info"
+#: seconds between looks at the registered nodes while waiting for all of them
+REGISTRATION_POLL = 0.2
+#: seconds between pulls while a pass waits for its replies (``PollingGrid``)
+POLL_SECONDS = 0.02
+
+
+class FederationError(RuntimeError):
+    """A federated run cannot go on: a node is missing, silent or failed (the message says which)."""
+
+
+# --------------------------------------------------------------------------- messages
+def job_content(job: Job) -> RecordDict:
+    return RecordDict({"arrays": ArrayRecord.from_torch_state_dict(job.arrays), "config": ConfigRecord(job.config)})
+
+
+def job_from(message: Message) -> Job:
+    arrays = {k: v.clone() for k, v in message.content["arrays"].to_torch_state_dict().items()}
+    return Job(arrays, dict(message.content["config"]))
+
+
+def reply_content(reply: Reply) -> RecordDict:
+    return RecordDict({"arrays": ArrayRecord.from_torch_state_dict(reply.arrays),
+                       "metrics": MetricRecord({k: float(v) for k, v in reply.metrics.items()})})
+
+
+def reply_from(message: Message) -> Reply:
+    arrays = {k: v.clone() for k, v in message.content["arrays"].to_torch_state_dict().items()}
+    return Reply(arrays, dict(message.content["metrics"]))
+
+
+def tensor_bytes(arrays: dict[str, torch.Tensor]) -> dict[str, int]:
+    """Tensor bytes of a job's or reply's models (and gradients), its minibatch draws and the rest."""
+    out = {"model": 0, "draws": 0, "other": 0}
+    for k, v in arrays.items():
+        part = "model" if k.startswith((MODEL, GRAD)) else "draws" if k.startswith(DRAW) else "other"
+        out[part] += v.numel() * v.element_size()
+    return out
+
+
+def flower_bytes(content: RecordDict) -> int:
+    """Bytes a message carries as Flower counts them (``count_bytes``: serialized arrays with their npy
+    headers, keys, config values)."""
+    return sum(record.count_bytes() for record in content.values())
+
+
+# --------------------------------------------------------------------------- client
+@lru_cache(maxsize=2)
+def _federation(specs_json: str):
+    return specs_from_json(specs_json)[0].federation()  # every spec of a run has the same data
+
+
+@lru_cache(maxsize=256)
+def _client(specs_json: str, index: int, partition: int) -> FederatedClient:
+    torch.set_num_threads(1)
+    return FederatedClient(specs_from_json(specs_json)[index], partition, _federation(specs_json))
+
+
+def client_app(specs_json: str | None = None) -> ClientApp:
+    """The ClientApp: its specs are ``specs_json`` or the run config's ``specs``; its partition the node
+    config's ``partition-id`` (set by the simulation engine, or ``flower-supernode --node-config``)."""
+    app = ClientApp()
+
+    def client(context: Context, index: int) -> FederatedClient:
+        text = specs_json or str(context.run_config["specs"])
+        if "partition-id" not in context.node_config:
+            raise FederationError("this SuperNode has no partition-id in its node config "
+                                  "(flower-supernode --node-config 'partition-id=J num-partitions=N')")
+        return _client(text, index, int(context.node_config["partition-id"]))
+
+    @app.query("info")
+    def info(message: Message, context: Context) -> Message:
+        facts = client(context, 0).info()
+        facts["pid"] = os.getpid()
+        return Message(RecordDict({"info": ConfigRecord(facts)}), reply_to=message)
+
+    def work(message: Message, context: Context) -> Message:
+        job = job_from(message)
+        return Message(reply_content(client(context, int(job.config.pop("run"))).run(job)), reply_to=message)
+
+    app.train()(work)
+    app.query("gradients")(work)
+    app.evaluate()(work)
+    return app
+
+
+# --------------------------------------------------------------------------- server
+class Exchange:
+    """Carries passes over Flower's Grid: one message per client (to its node), replies matched by node;
+    counts bytes and clients per round and pass kind (``traffic``)."""
+
+    def __init__(self, node_of: dict[int, int], timeout: float, run_index: int = 0):
+        self.node_of, self.timeout, self.run_index = node_of, float(timeout), run_index
+        self.client_of = {node: c for c, node in node_of.items()}
+        self.grid: Grid | None = None
+        self.traffic: list[dict] = []  # one row per pass: round, kind, clients, bytes down/up
+        self._down: dict[str, int] = {}
+
+    def messages(self, jobs: Pass, round_number: int) -> list[Message]:
+        """One message per job, addressed to its client's node (the pass's bytes down are counted here)."""
+        out, down = [], {"flower": 0, "model": 0, "draws": 0, "other": 0}
+        for c, job in sorted(jobs.items()):
+            content = job_content(Job(job.arrays, {**job.config, "run": self.run_index}))
+            down["flower"] += flower_bytes(content)
+            for k, v in tensor_bytes(job.arrays).items():
+                down[k] += v
+            out.append(Message(content, dst_node_id=self.node_of[c], message_type=MESSAGE_TYPES[job.kind],
+                               group_id=str(round_number)))
+        self._down = down
+        return out
+
+    def replies(self, jobs: Pass, replies: Iterable[Message], round_number: int) -> Replies:
+        """The replies to ``jobs`` by client; a failed or missing reply stops the run (FederationError)."""
+        got: Replies = {}
+        up = {"flower": 0, "model": 0, "draws": 0, "other": 0}
+        kind = next(iter(jobs.values())).kind if jobs else ""
+        for message in replies:
+            c = self.client_of.get(message.metadata.src_node_id)
+            if c is None or c not in jobs:
+                continue
+            if message.has_error():
+                raise FederationError(f"round {round_number}, {kind} pass: client {c} (node "
+                                      f"{message.metadata.src_node_id}) failed: {message.error.reason} "
+                                      f"(code {message.error.code})")
+            got[c] = reply_from(message)
+            up["flower"] += flower_bytes(message.content)
+            for k, v in tensor_bytes(got[c].arrays).items():
+                up[k] += v
+        missing = sorted(set(jobs) - set(got))
+        if missing:
+            nodes = [self.node_of[c] for c in missing]
+            raise FederationError(f"round {round_number}, {kind} pass: no reply from client(s) {missing} (node(s) "
+                                  f"{nodes}) within {self.timeout:g} s; a SuperNode may have died or be overloaded "
+                                  "(RunSpec.timeout sets the wait)")
+        self.traffic.append({"round": round_number, "kind": kind, "clients": len(jobs),
+                             **{f"down_{k}": v for k, v in self._down.items()},
+                             **{f"up_{k}": v for k, v in up.items()}})
+        return got
+
+    def __call__(self, jobs: Pass, round_number: int = 0) -> Replies:
+        messages = self.messages(jobs, round_number)
+        return self.replies(jobs, self.grid.send_and_receive(messages, timeout=self.timeout), round_number)
+
+
+class PollingGrid(Grid):
+    """A Grid that forwards to Flower's and polls for replies every ``POLL_SECONDS`` in
+    ``send_and_receive`` (the deployment engine's grid polls every 3 s, which would make every pass of
+    a small run last 3 s). Same semantics: push, pull until every reply is in or the timeout passes."""
+
+    def __init__(self, grid: Grid):
+        self.grid = grid
+
+    def set_run(self, run) -> None:
+        self.grid.set_run(run)
+
+    @property
+    def run(self):
+        return self.grid.run
+
+    def create_message(self, *args, **kwargs) -> Message:
+        return self.grid.create_message(*args, **kwargs)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return self.grid.get_node_ids()
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        return self.grid.push_messages(messages)
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        return self.grid.pull_messages(message_ids)
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        waiting = set(self.push_messages(messages))
+        end = time.time() + (timeout if timeout is not None else 0.0)
+        got: list[Message] = []
+        while waiting and (timeout is None or time.time() < end):
+            replies = list(self.pull_messages(waiting))
+            got.extend(replies)
+            waiting.difference_update(m.metadata.reply_to_message_id for m in replies)
+            if waiting:
+                time.sleep(POLL_SECONDS)
+        return got
+
+
+class PflkitStrategy(Strategy):
+    """A Flower Strategy running one of pflkit's method servers. ``configure_train`` sends the round's
+    first pass, one message per client addressed to its node (PERM: each node gets the personalized
+    model that visits it, with its step size and minibatch rows); ``aggregate_train`` takes the replies
+    and runs the round's further passes (PERM's gradient passes for the global step and alpha), then
+    returns the global model. Evaluation (personalized models on every client's test split) runs at the
+    rounds ``runner.run`` evaluates."""
+
+    def __init__(self, server: FederatedServer, exchange: Exchange, progress: Path | None = None):
+        self.server, self.exchange, self.progress = server, exchange, progress
+        self._round = None
+        self._jobs: Pass = {}
+        self._evaluation = None
+        self.round_seconds: dict[int, float] = {}
+        self.eval_seconds: dict[int, float] = {}
+        self._t = 0.0
+
+    def _send(self, passes, server_round: int) -> list[Message]:
+        try:
+            self._jobs = next(passes)
+        except StopIteration:
+            self._jobs = {}
+            return []
+        return self.exchange.messages(self._jobs, server_round)
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        self.exchange.grid = grid
+        self._t = time.perf_counter()
+        self._round = self.server.round()
+        return self._send(self._round, server_round)
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]):
+        got = self.exchange.replies(self._jobs, replies, server_round)
+        drive_rest(self._round, got, lambda jobs: self.exchange(jobs, server_round))
+        self.round_seconds[server_round] = time.perf_counter() - self._t
+        if self.progress is not None:
+            with open(self.progress, "a") as f:
+                f.write(f"{server_round}\n")
+        w = self.server.global_model()
+        return ArrayRecord.from_torch_state_dict(w), MetricRecord({"seconds": self.round_seconds[server_round]})
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                           grid: Grid) -> Iterable[Message]:
+        self._evaluation = None
+        if not evaluation_due(self.server.spec, server_round):
+            return []
+        self._t = time.perf_counter()
+        self._evaluation = self.server.evaluate()
+        return self._send(self._evaluation, server_round)
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        if self._evaluation is None:
+            return None
+        got = self.exchange.replies(self._jobs, replies, server_round)
+        summary = drive_rest(self._evaluation, got, lambda jobs: self.exchange(jobs, server_round))
+        self.eval_seconds[server_round] = time.perf_counter() - self._t
+        return MetricRecord({k: float(v) for k, v in summary.items()})
+
+    def summary(self) -> None:
+        pass
+
+
+def drive_rest(passes, replies: Replies, exchange):
+    """Continue a generator of passes from the replies to its current pass (see ``server.drive``)."""
+    try:
+        jobs = passes.send(replies)
+        while True:
+            jobs = passes.send(exchange(jobs))
+    except StopIteration as stop:
+        return stop.value
+
+
+def register(grid: Grid, timeout: float) -> dict[int, dict]:
+    """Wait until every partition's node has registered (the number of partitions is what the first
+    node reports) and ask each for its info; returns {partition: info (with its node id)}."""
+    deadline = time.monotonic() + timeout
+    infos: dict[int, dict] = {}  # node -> info
+    expected = None
+    while True:
+        nodes = set(grid.get_node_ids())
+        new = sorted(nodes - set(infos))
+        if new:
+            msgs = [Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=n, message_type=INFO) for n in new]
+            for reply in grid.send_and_receive(msgs, timeout=max(1.0, deadline - time.monotonic())):
+                if reply.has_error():
+                    raise FederationError(f"node {reply.metadata.src_node_id} failed at registration: "
+                                          f"{reply.error.reason}")
+                info = {k: (list(v) if isinstance(v, (list, tuple)) else v)
+                        for k, v in reply.content["info"].items()}
+                infos[reply.metadata.src_node_id] = {**info, "node": reply.metadata.src_node_id}
+            expected = expected or (next(iter(infos.values()))["num_clients"] if infos else None)
+        if expected is not None and len(infos) >= expected:
+            break
+        if time.monotonic() > deadline:
+            raise FederationError(f"only {len(infos)} of {expected or '?'} nodes registered within {timeout:g} s "
+                                  f"(registered: {sorted(nodes)})")
+        time.sleep(REGISTRATION_POLL)
+    by_partition: dict[int, dict] = {}
+    for info in infos.values():
+        p = int(info["partition"])
+        if p in by_partition:
+            raise FederationError(f"nodes {by_partition[p]['node']} and {info['node']} both hold partition {p}")
+        by_partition[p] = info
+    if sorted(by_partition) != list(range(expected)):
+        raise FederationError(f"need partitions 0..{expected - 1}, the nodes hold {sorted(by_partition)}")
+    return by_partition
+
+
+def serve(grid: Grid, specs: list[RunSpec], results: str | None = None) -> dict:
+    """The ServerApp's work: register every node once, then for each spec: its start passes, evaluation at
+    round 0, ``Strategy.start`` for its rounds. Returns (and with ``results`` writes as JSON, the final
+    states beside it as ``.pt``) each run's history, times and traffic."""
+    t0 = time.perf_counter()
+    progress = None
+    if results:
+        Path(results).parent.mkdir(parents=True, exist_ok=True)
+        progress = Path(results).with_suffix(".progress")
+    grid = PollingGrid(grid)
+    infos = register(grid, specs[0].timeout)
+    out = {"registration_seconds": time.perf_counter() - t0, "registered_at": time.time(), "runs": [],
+           "client_pids": sorted({int(i["pid"]) for i in infos.values()})}
+    states = []
+    for index, spec in enumerate(specs):
+        t1 = time.perf_counter()
+        server = make_server(spec, list(infos.values()))
+        exchange = Exchange({p: info["node"] for p, info in infos.items()}, spec.timeout, index)
+        exchange.grid = grid
+        drive(server.start(), exchange)  # round 0: before the first round
+        drive(server.evaluate(), exchange)
+        t_start = time.perf_counter()
+        strategy = PflkitStrategy(server, exchange, progress)
+        strategy.start(grid, ArrayRecord.from_torch_state_dict(server.global_model()), num_rounds=spec.rounds,
+                       timeout=spec.timeout)
+        out["runs"].append({"spec": json.loads(spec.to_json()), "history": server.history().to_dict(orient="list"),
+                            "round_seconds": strategy.round_seconds, "eval_seconds": strategy.eval_seconds,
+                            "setup_seconds": t_start - t1, "total_seconds": time.perf_counter() - t1,
+                            "traffic": exchange.traffic,
+                            "num_parameters": sum(v.numel() for v in server.global_model().values())})
+        states.append(final_state(server))
+    out["total_seconds"] = time.perf_counter() - t0
+    if results:
+        path = Path(results)
+        torch.save(states, path.with_suffix(".pt"))
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(out, sort_keys=True))
+        tmp.replace(path)
+    out["states"] = states
+    return out
+
+
+def final_state(server: FederatedServer) -> dict:
+    """The server's final tensors: the global model, and PERM's personalized models and alpha."""
+    s = server.state
+    state = {f"w.{k}": v for k, v in s.w.items()}
+    if getattr(s, "v", None) is not None:
+        state.update({f"v.{k}": v for k, v in s.v.items()})
+    if getattr(s, "alpha", None) is not None:
+        state["alpha"] = s.alpha
+    return state
+
+
+def server_app(specs_json: str | None = None, results: dict | None = None) -> ServerApp:
+    """The ServerApp: its specs are ``specs_json`` or the run config's ``specs``; with ``results`` (a dict,
+    the simulation engine) the results (final states included) are stored there too."""
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        specs = specs_from_json(specs_json or str(context.run_config["specs"]))
+        out = serve(grid, specs, str(context.run_config.get("results", "")) or None)
+        if results is not None:
+            results.update(out)
+
+    return app
+
+
+#: what the deployment engine's FAB names (pyproject [tool.flwr.app.components]); specs from the run config
+flower_client_app = client_app()
+flower_server_app = server_app()

@@ -1,0 +1,172 @@
+"""The client side of a federated run: one partition, the algorithm's own client code for one client.
+
+A ``Job`` is what the server sends one client in one pass (tensors + plain config), a ``Reply`` what the
+client sends back. ``FederatedClient.run`` executes a job with the same functions the batched engine
+calls for all clients at once, on a one-client dataset (``one_client``) that replays the minibatch rows
+the server drew (``ReplayedDraws``). Nothing here imports flwr.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, fields
+
+import torch
+from torch import Tensor
+
+from ..algorithms.fedavg import FedAvgState
+from ..algorithms.perm import local_gradients
+from ..algorithms.round import local_round
+from ..data.federated import FederatedDataset
+from ..engine.local_sgd import local_sgd
+from ..engine.params import Params
+from ..eval import evaluate
+from .spec import RunSpec
+
+# job kinds, and the phases of each (which piece of the algorithm the client runs)
+TRAIN, GRADIENTS, EVALUATE = "train", "gradients", "evaluate"
+PHASES = {
+    TRAIN: ("client_work",   # FedAvg family: Algorithm.client_work(w) (local_round, Per-FedAvg's, pFedMe's update)
+            "warmup",        # PERM's FedAvg warm-up: local_round(w) with warmup_lr
+            "shuffle"),      # PERM: the visiting models' K local_sgd steps at the step sizes sent ("lr")
+    GRADIENTS: ("gradients",),   # PERM: grad f_j(w), exact or from alpha_samples rows (perm.local_gradients)
+    EVALUATE: ("personalize",    # FedAvg family: Algorithm.personalized on this client, then evaluate
+               "given"),         # PERM: evaluate the personalized model sent
+}
+MODEL, GRAD, DRAW = "model.", "grad.", "draw."
+
+
+@dataclass
+class Job:
+    """One pass's work for one client: ``arrays`` (``model.<name>`` stacked [m, ..] start models,
+    ``draw.<i>`` the rows of the i-th ``sample_indices`` call, ``lr`` [m]) and ``config``
+    (``kind``, ``phase``, ``round``, ``seed``: plain values)."""
+
+    arrays: dict[str, Tensor]
+    config: dict
+
+    @property
+    def kind(self) -> str:
+        return self.config["kind"]
+
+
+@dataclass
+class Reply:
+    """A client's answer: ``model.<name>`` / ``grad.<name>`` [m, ..] or ``accuracy``/``loss``/``n`` [1],
+    and ``metrics`` (plain numbers: the client's compute seconds)."""
+
+    arrays: dict[str, Tensor]
+    metrics: dict = field(default_factory=dict)
+
+
+def prefixed(prefix: str, params: Params) -> dict[str, Tensor]:
+    return {prefix + k: v.contiguous() for k, v in params.items()}
+
+
+def unprefixed(prefix: str, arrays: dict[str, Tensor]) -> Params:
+    return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+
+
+def draw_arrays(draws: list[Tensor]) -> dict[str, Tensor]:
+    return {f"{DRAW}{i}": d for i, d in enumerate(draws)}
+
+
+# --------------------------------------------------------------------------- one client's data
+@dataclass
+class ReplayedDraws(FederatedDataset):
+    """A one-client dataset whose ``sample_indices`` returns, call after call, the rows the server drew
+    (client-local row numbers, in the order the client code asks for them), after checking each has the
+    shape the call asks for: the same minibatches as the batched engine, without this client's
+    generator."""
+
+    draws: list = field(default_factory=list)
+
+    def sample_indices(self, clients: Tensor, batch_size: int, generator: torch.Generator) -> Tensor:
+        clients = torch.as_tensor(clients, dtype=torch.long).cpu()
+        want = (*clients.shape, batch_size)
+        if not self.draws:
+            raise RuntimeError(f"the client update asked for minibatch rows {want} the server did not send "
+                               "(its draws and the client code are out of step)")
+        rows = self.draws.pop(0).long()
+        if tuple(rows.shape) != want:
+            raise RuntimeError(f"the server sent rows of shape {tuple(rows.shape)}, the client update asks for {want}")
+        return (self.train_offsets[clients].unsqueeze(-1) + rows).to(self.device)
+
+
+def one_client(data: FederatedDataset, j: int) -> FederatedDataset:
+    """Client j of ``data`` as a federation of one (its train and test rows only)."""
+    if not 0 <= j < data.num_clients:
+        raise ValueError(f"partition-id must be in [0, {data.num_clients}) for this federation, got {j!r}")
+    return FederatedDataset.from_client_arrays([data.client(j, "train")], [data.client(j, "test")], data.num_classes,
+                                               data.name, data.paper_dataset).with_batch_order(data.batch_order)
+
+
+def replaying(data: FederatedDataset, draws: list[Tensor]) -> ReplayedDraws:
+    """``data`` (one client) replaying ``draws``; it shares the data's tensors and caches."""
+    return ReplayedDraws(**{f.name: getattr(data, f.name) for f in fields(FederatedDataset)}, draws=list(draws))
+
+
+# --------------------------------------------------------------------------- the client
+class FederatedClient:
+    """Partition ``partition`` of the spec's federation, and the spec's algorithm built for it."""
+
+    def __init__(self, spec: RunSpec, partition: int, federation: FederatedDataset | None = None):
+        whole = spec.federation() if federation is None else federation
+        self.spec, self.partition = spec, int(partition)
+        self.data = one_client(whole, self.partition)
+        self.num_clients = whole.num_clients
+        self.model = spec.functional_model(self.data.feature_shape, self.data.num_classes)
+        self.algorithm = spec.algorithm(self.model)
+
+    def info(self) -> dict:
+        """What the server learns at registration: the partition, its sizes and the data's shape (no sample)."""
+        return {"partition": self.partition, "num_clients": self.num_clients,
+                "train_size": int(self.data.train_sizes[0]), "test_size": int(self.data.test_sizes[0]),
+                "num_classes": self.data.num_classes, "feature_shape": list(self.data.feature_shape),
+                "name": self.data.name}
+
+    def run(self, job: Job) -> Reply:
+        start = time.perf_counter()
+        kind, phase = job.kind, job.config.get("phase")
+        if phase not in PHASES.get(kind, ()):
+            raise ValueError(f"job kind must be one of {sorted(PHASES)} with its phases {PHASES}, "
+                             f"got kind {kind!r}, phase {phase!r}")
+        alg, gen = self.algorithm, torch.Generator()  # every draw is replayed: the generator is never read
+        draws = [job.arrays[k] for k in sorted((k for k in job.arrays if k.startswith(DRAW)),
+                                               key=lambda k: int(k[len(DRAW):]))]
+        data = replaying(self.data, draws)
+        start_models = unprefixed(MODEL, job.arrays)
+        one = torch.zeros(1, dtype=torch.long)
+        if kind == TRAIN:
+            if phase == "client_work":
+                out = prefixed(MODEL, alg.client_work(_single(start_models), data, one, gen))
+            elif phase == "warmup":
+                out = prefixed(MODEL, local_round(alg.model, _single(start_models), data, one, steps=alg.local_steps,
+                                                  lr=alg.warmup_lr, batch_size=alg.batch_size, generator=gen))
+            else:
+                m = next(iter(start_models.values())).shape[0]
+                trained, _ = local_sgd(alg.model, start_models, data, torch.zeros(m, dtype=torch.long),
+                                       steps=alg.local_steps, lr=job.arrays["lr"], batch_size=alg.batch_size,
+                                       generator=gen)
+                out = prefixed(MODEL, trained)
+        elif kind == GRADIENTS:
+            out = prefixed(GRAD, local_gradients(alg.model, _single(start_models), data, alg.alpha_samples, gen))
+        else:
+            if phase == "personalize":
+                state = FedAvgState(data, gen, int(job.config["seed"]), int(job.config["round"]), _single(start_models))
+                personal = alg.personalized(state)
+            else:
+                personal = start_models
+            scores = evaluate(alg.model, personal, data)
+            out = {"accuracy": scores.accuracy, "loss": scores.loss, "n": scores.n.double()}
+        if data.draws:
+            raise RuntimeError(f"{len(data.draws)} of the rows the server sent were not used by the {phase} job "
+                               "(its draws and the client code are out of step)")
+        return Reply(out, {"seconds": time.perf_counter() - start})
+
+
+def _single(models: Params) -> Params:
+    """The one model of a stack [1, ..] (the global model a FedAvg-family job carries)."""
+    n = next(iter(models.values())).shape[0]
+    if n != 1:
+        raise ValueError(f"this job carries one model, got a stack of {n}")
+    return {k: v[0] for k, v in models.items()}

@@ -1,0 +1,315 @@
+"""Flower's deployment engine on this machine: one SuperLink and N SuperNodes as separate local processes
+on 127.0.0.1 (free ports), the run submitted with ``flwr run`` as a Flower App Bundle.
+
+``Deployment`` starts every process in its own process group and keeps their PIDs (also in
+``<workdir>/pids.json``), and ``stop()`` ends every group (SIGTERM, then SIGKILL after a grace period)
+and checks that none of their processes is left; it runs on leaving the ``with`` block, on an error, on
+SIGTERM/SIGINT of the launcher, and at interpreter exit. Each SuperNode runs its ClientApp in a child
+process (``flwr-clientapp``), the SuperLink the ServerApp (``flwr-serverapp``); both stay in their
+parent's process group.
+
+The App Bundle is written per run into ``<workdir>/pflkit-app``: a pyproject.toml whose components are
+``pflkit.flower.apps:flower_server_app`` / ``flower_client_app`` (imported from this environment,
+where pflkit is installed: nothing is installed at run time) and whose run config carries the
+``RunSpec`` JSON and the results file the ServerApp writes. Flower's home (``FLWR_HOME``: its config
+with the connection to this SuperLink, installed apps) is ``<workdir>/flwr-home``, never ``~/.flwr``.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import OFFLINE_ENV, require_flower
+from .spec import RunSpec, specs_to_json
+
+CONNECTION = "pflkit-local"
+#: seconds a process group gets between SIGTERM and SIGKILL
+GRACE_SECONDS = 10.0
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports free on 127.0.0.1 now (the OS picks them)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _tool(name: str) -> str:
+    """A Flower command of this environment (beside its python), else from PATH."""
+    here = Path(sys.executable).parent / name
+    return str(here) if here.exists() else name
+
+
+def app_bundle(folder: Path, specs: list[RunSpec], results: Path) -> Path:
+    """Write the Flower App directory for one run (see the module docstring)."""
+    import tomli_w
+
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {
+        "build-system": {"requires": ["setuptools>=68"], "build-backend": "setuptools.build_meta"},
+        "project": {"name": "pflkit-app", "version": "1.0.0", "license": "MIT",
+                    "description": "pflkit's methods on Flower (pflkit.flower.apps)", "dependencies": ["flwr>=1.42"]},
+        "tool": {"flwr": {"app": {"publisher": "pflkit",
+                                  "components": {"serverapp": "pflkit.flower.apps:flower_server_app",
+                                                 "clientapp": "pflkit.flower.apps:flower_client_app"},
+                                  "config": {"specs": specs_to_json(specs), "results": str(results)}}}},
+    }
+    (folder / "pyproject.toml").write_text(tomli_w.dumps(config))
+    return folder
+
+
+class Deployment:
+    """A SuperLink and ``num_nodes`` SuperNodes (partition-id 0..N-1) on 127.0.0.1; use as a context
+    manager. ``workdir``: logs, pids.json, Flower's home and the app (default: a new temp folder)."""
+
+    def __init__(self, num_nodes: int, workdir: str | Path | None = None, startup_timeout: float = 60.0,
+                 threads: int = 1):
+        require_flower()
+        if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
+            raise ValueError(f"num_nodes must be an integer >= 1, got {num_nodes!r}")
+        self.num_nodes = num_nodes
+        self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="pflkit-flower-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.startup_timeout = float(startup_timeout)
+        self.home = self.workdir / "flwr-home"
+        self.procs: dict[str, subprocess.Popen] = {}
+        self._logs: list = []
+        # the SuperLink and SuperNodes start flower-superexec, flwr-serverapp and flwr-clientapp by name
+        path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+        self.env = {**os.environ, **OFFLINE_ENV, "PATH": path, "FLWR_HOME": str(self.home),
+                    "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+        self.port: int | None = None
+        self.started_seconds: float | None = None
+        self.leftover: list[int] = []  # PIDs still alive after the last stop()
+        self._old_handlers: dict = {}
+
+    # ------------------------------------------------------------------ processes
+    def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen:
+        log = open(self.workdir / f"{name}.log", "w")
+        self._logs.append(log)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.workdir,
+                                start_new_session=True)  # its own process group: stop() ends it and its children
+        self.procs[name] = proc
+        self._write_pids()
+        return proc
+
+    def _write_pids(self) -> None:
+        (self.workdir / "pids.json").write_text(json.dumps({n: p.pid for n, p in self.procs.items()}, indent=1))
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        path = self.workdir / f"{name}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+    def start(self) -> "Deployment":
+        t0 = time.perf_counter()
+        self._install_handlers()
+        ports = free_ports(self.num_nodes + 1)
+        self.port = ports[0]
+        self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / "config.toml").write_text(
+            f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
+            f'address = "127.0.0.1:{self.port}"\ninsecure = true\n')
+        try:
+            link = self._spawn("superlink", [_tool("flower-superlink"), "--insecure", "--host", "127.0.0.1",
+                                             "--port", str(self.port), "--disable-runtime-dependency-installation"])
+            self._wait(lambda: _listening(self.port), "the SuperLink to listen on port %d" % self.port, [link])
+            for j in range(self.num_nodes):
+                self._spawn(f"supernode-{j}", [
+                    _tool("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self.port}", "--host",
+                    "127.0.0.1", "--port", str(ports[j + 1]),
+                    "--node-config", f"partition-id={j} num-partitions={self.num_nodes}"])
+            nodes = [p for n, p in self.procs.items() if n.startswith("supernode")]
+            self._wait(lambda: all(_listening(ports[j + 1]) for j in range(self.num_nodes)),
+                       "every SuperNode to start", nodes + [link])
+        except BaseException:
+            self.stop()
+            raise
+        self.started_seconds = time.perf_counter() - t0
+        return self
+
+    def _wait(self, ready, what: str, procs: list[subprocess.Popen]) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        while not ready():
+            for name, p in self.procs.items():
+                if p in procs and p.poll() is not None:
+                    raise RuntimeError(f"{name} exited with code {p.returncode} while waiting for {what}:\n"
+                                       + self.log_tail(name))
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after {self.startup_timeout:g} s waiting for {what}")
+            time.sleep(0.1)
+
+    def kill_node(self, j: int) -> int:
+        """Kill SuperNode j and its ClientApp at once (SIGKILL to its process group): a client dying
+        mid-run. Returns its PID."""
+        proc = self.procs[f"supernode-{j}"]
+        _signal_group(proc, signal.SIGKILL)
+        proc.wait()
+        return proc.pid
+
+    def pids(self) -> list[int]:
+        """The PIDs of every process this deployment runs now: its processes and all their descendants."""
+        import psutil
+
+        out = []
+        for p in self.procs.values():
+            try:
+                root = psutil.Process(p.pid)
+                out += [root.pid] + [c.pid for c in root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                pass
+        return out
+
+    def stop(self) -> list[int]:
+        """End every process this deployment started and their descendants (Flower starts some detached,
+        in their own sessions: flower-superexec, flwr-serverapp, flwr-clientapp): SIGTERM to every process
+        group, then to each process left, SIGKILL after ``GRACE_SECONDS``. Returns the PIDs still alive
+        afterwards (none expected)."""
+        import psutil
+
+        tracked = []
+        for pid in set(self.pids()):
+            try:
+                tracked.append(psutil.Process(pid))
+            except psutil.NoSuchProcess:
+                pass
+        for proc in self.procs.values():
+            _signal_group(proc, signal.SIGTERM)
+        _, alive = psutil.wait_procs(tracked, timeout=GRACE_SECONDS)
+        for sig, wait in ((signal.SIGTERM, GRACE_SECONDS), (signal.SIGKILL, 5.0)):
+            for p in alive:
+                try:
+                    p.send_signal(sig)
+                except psutil.NoSuchProcess:
+                    pass
+            _, alive = psutil.wait_procs(alive, timeout=wait)
+        for proc in self.procs.values():
+            try:
+                proc.wait(1)
+            except subprocess.TimeoutExpired:
+                pass
+        left = [p.pid for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        self.leftover = left
+        for log in self._logs:
+            log.close()
+        self._logs = []
+        self._restore_handlers()
+        return left
+
+    # ------------------------------------------------------------------ a run
+    def submit(self, specs: list[RunSpec]) -> "Run":
+        """Submit ``specs`` (one or more methods on one federation) with ``flwr run`` (its log streamed to
+        ``flwr-run-<i>.log``); returns at once."""
+        specs = [specs] if isinstance(specs, RunSpec) else list(specs)
+        i = len([n for n in self.procs if n.startswith("flwr-run")])
+        results = self.workdir / "results" / f"run-{i}.json"
+        folder = app_bundle(self.workdir / "pflkit-app", specs, results)
+        name = f"flwr-run-{i}"
+        return Run(self, name, self._spawn(name, [_tool("flwr"), "run", str(folder), CONNECTION, "--stream"]),
+                   results, specs)
+
+    def run(self, specs: list[RunSpec], timeout: float | None = None) -> dict:
+        """Submit ``specs``, wait for them to end and return the ServerApp's results (``Run.wait``)."""
+        return self.submit(specs).wait(timeout)
+
+    # ------------------------------------------------------------------ clean-up hooks
+    def _install_handlers(self) -> None:
+        atexit.register(self.stop)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+            except ValueError:  # not the main thread: atexit and the with block still stop everything
+                pass
+
+    def _restore_handlers(self) -> None:
+        atexit.unregister(self.stop)
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)
+        self._old_handlers = {}
+
+    def _on_signal(self, signum, frame):
+        self.stop()
+        raise KeyboardInterrupt(f"stopped by signal {signum}")
+
+    def __enter__(self) -> "Deployment":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class Run:
+    """A submitted run: ``progress()`` (rounds done so far), ``wait()`` (its results)."""
+
+    def __init__(self, deployment: Deployment, name: str, proc: subprocess.Popen, results: Path,
+                 specs: list[RunSpec]):
+        self.deployment, self.name, self.proc, self.results, self.specs = deployment, name, proc, results, specs
+        self.t0 = time.perf_counter()
+
+    def progress(self) -> int:
+        """The rounds the ServerApp has finished, all its specs together (its ``.progress`` file)."""
+        path = self.results.with_suffix(".progress")
+        return len(path.read_text().split()) if path.exists() else 0
+
+    def wait(self, timeout: float | None = None) -> dict:
+        """Wait for the run to end (at most ``timeout`` seconds; default: the spec's per-pass timeout times
+        a bound on its passes) and return the ServerApp's results; a run that failed raises RuntimeError
+        with the end of its log (the ServerApp's error: which client, node, round and pass)."""
+        limit = timeout if timeout is not None else sum(s.timeout * (4 * s.rounds + 4) for s in self.specs)
+        try:
+            self.proc.wait(limit)
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"the run did not end within {limit:g} s:\n"
+                               + self.deployment.log_tail(self.name)) from None
+        if not self.results.exists():
+            log = self.deployment.log_tail(self.name, 60)
+            errors = [line for line in log.splitlines() if "Error:" in line and not line.startswith(" ")]
+            raise RuntimeError("the ServerApp failed" + (f": {errors[-1]}" if errors else "") + " (no results; "
+                               f"`flwr run` exited with {self.proc.returncode}); the end of its log:\n" + log)
+        import torch
+
+        out = json.loads(self.results.read_text())
+        out["states"] = torch.load(self.results.with_suffix(".pt"), weights_only=True)
+        out["wall_seconds"] = time.perf_counter() - self.t0
+        out["engine"] = "deployment"
+        return out
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)  # the group start_new_session made: the process and its children
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def deploy(specs: list[RunSpec], workdir: str | Path | None = None, threads: int = 1) -> dict:
+    """Start a deployment with one SuperNode per client of the specs' federation, run them, stop
+    everything; returns the results with ``startup_seconds`` (processes up) and ``leftover_pids`` (none
+    expected)."""
+    specs = [specs] if isinstance(specs, RunSpec) else list(specs)
+    dep = Deployment(specs[0].federation().num_clients, workdir, threads=threads)
+    with dep:
+        out = dep.run(specs)
+    out["leftover_pids"] = dep.leftover
+    out["startup_seconds"] = dep.started_seconds
+    return out

@@ -1,0 +1,34 @@
+"""A federated run in one process, no Flower: the server's passes handed to ``FederatedClient`` objects
+directly. The same server and client code as on Flower, minus the transport: what the tests use to
+check the protocol against the batched engine where Flower is not installed."""
+from __future__ import annotations
+
+import pandas as pd
+
+from .client import FederatedClient, Job, Reply
+from .server import FederatedServer, drive, evaluation_due, make_server
+from .spec import RunSpec
+
+
+def run_rounds(server: FederatedServer, exchange) -> pd.DataFrame:
+    """The whole run: ``start`` passes, evaluation at round 0, then every round and its due evaluations."""
+    spec = server.spec
+    drive(server.start(), exchange)
+    drive(server.evaluate(), exchange)
+    for r in range(1, spec.rounds + 1):
+        drive(server.round(), exchange)
+        if evaluation_due(spec, r):
+            drive(server.evaluate(), exchange)
+    return server.history()
+
+
+def run_loopback(spec: RunSpec) -> tuple[pd.DataFrame, FederatedServer]:
+    """``spec`` with every client an object in this process: (history, the server with its final state)."""
+    federation = spec.federation()
+    clients = [FederatedClient(spec, j, federation) for j in range(federation.num_clients)]
+    server = make_server(spec, [c.info() for c in clients])
+
+    def exchange(jobs: dict[int, Job]) -> dict[int, Reply]:
+        return {c: clients[c].run(job) for c, job in jobs.items()}
+
+    return run_rounds(server, exchange), server

@@ -1,0 +1,138 @@
+"""What a federated run is, as plain JSON every process can rebuild it from: the method (an algorithm
+class and its constructor settings), the model, the data builder and the run (seed, rounds, cadence).
+
+The server and every client build the same algorithm object from it (``RunSpec.algorithm``), so the
+settings a run uses are the class's own (``settings_of`` reads them back from an algorithm object,
+and ``RunSpec.for_algorithm`` checks they rebuild it).
+"""
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import asdict, dataclass, field
+
+from ..algorithms import PERM, FedAvg, LocalizedFedAvg, PerFedAvg, PFedMe
+from ..data.federated import BATCH_ORDERS, FederatedDataset
+from ..data.synthetic import perm_synthetic
+from ..engine.functional import FunctionalModel
+from ..models import MODELS, build
+
+#: the algorithm classes a federated engine runs (exactly these classes: a subclass changes the round)
+METHODS: dict[str, type] = {cls.__name__: cls for cls in (FedAvg, LocalizedFedAvg, PerFedAvg, PFedMe, PERM)}
+#: the data builders a client can rebuild its partition with (keyword arguments from the spec)
+DATASETS = {"perm_synthetic": perm_synthetic}
+
+
+def settings_of(algorithm) -> dict:
+    """The constructor keywords of ``algorithm``'s class (and of the bases its ``**kwargs`` reach), read back
+    from the object's attributes of the same names (every method class stores its settings so)."""
+    names: list[str] = []
+    for klass in type(algorithm).__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        more = False
+        for p in list(inspect.signature(klass.__init__).parameters.values())[1:]:
+            if p.kind is p.VAR_KEYWORD:
+                more = True
+            elif p.kind is not p.VAR_POSITIONAL and p.name != "model" and p.name not in names:
+                names.append(p.name)
+        if not more:
+            break
+    missing = [n for n in names if not hasattr(algorithm, n)]
+    if missing:
+        raise ValueError(f"{type(algorithm).__name__} does not keep its settings {missing} as attributes")
+    return {n: getattr(algorithm, n) for n in names}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One federated run. ``method``: a key of ``METHODS``; ``settings``: its class's keywords;
+    ``model``: ``{"name": one of models.MODELS, "kwargs": {..}}``; ``data``: ``{"name": a key of DATASETS,
+    "kwargs": {..}}`` (the builder's arguments, its seed included); ``timeout``: seconds the server waits
+    for the replies of one pass before it stops the run with an error naming the silent clients;
+    ``label``: the method's name in results (default: the class's ``name``)."""
+
+    method: str
+    settings: dict
+    model: dict
+    data: dict
+    seed: int
+    rounds: int
+    eval_every: int = 1
+    batch_order: str = "replacement"
+    timeout: float = 120.0
+    label: str = ""
+    extra: dict = field(default_factory=dict)  # free-form (e.g. a fault to inject in tests); not read here
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {sorted(METHODS)}, got {self.method!r}")
+        if self.model.get("name") not in MODELS:
+            raise ValueError(f"model.name must be one of {MODELS}, got {self.model.get('name')!r}")
+        if self.data.get("name") not in DATASETS:
+            raise ValueError(f"data.name must be one of {sorted(DATASETS)}, got {self.data.get('name')!r}")
+        if self.batch_order not in BATCH_ORDERS:
+            raise ValueError(f"batch_order must be one of {BATCH_ORDERS}, got {self.batch_order!r}")
+        for name in ("seed", "rounds", "eval_every"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "seed" else 1):
+                raise ValueError(f"{name} must be an integer >= {0 if name == 'seed' else 1}, got {v!r}")
+        if isinstance(self.timeout, bool) or not isinstance(self.timeout, (int, float)) or not self.timeout > 0:
+            raise ValueError(f"timeout must be a number of seconds > 0, got {self.timeout!r}")
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def for_algorithm(cls, algorithm, *, model: dict, data: dict, seed: int, rounds: int, **run) -> "RunSpec":
+        """The spec of ``algorithm`` (an object of a ``METHODS`` class): its settings, checked to rebuild it."""
+        method = type(algorithm).__name__
+        if METHODS.get(method) is not type(algorithm):
+            raise ValueError(f"a federated engine runs exactly {sorted(METHODS)}, got {type(algorithm).__qualname__}")
+        spec = cls(method, settings_of(algorithm), model, data, seed, rounds, **{"label": algorithm.name, **run})
+        spec.to_json()  # plain JSON values only
+        return spec
+
+    def federation(self) -> FederatedDataset:
+        """The whole federation (every client rebuilds it and keeps its own partition)."""
+        return DATASETS[self.data["name"]](**self.data.get("kwargs", {})).with_batch_order(self.batch_order)
+
+    def functional_model(self, feature_shape: tuple[int, ...], num_classes: int) -> FunctionalModel:
+        name, kwargs = self.model["name"], dict(self.model.get("kwargs", {}))
+        model = FunctionalModel(lambda: build(name, tuple(feature_shape), int(num_classes), **kwargs), "cpu")
+        if model.dropout:
+            raise ValueError(f"model {name!r} has dropout layers: their masks are drawn from the round's "
+                             "generator after the minibatches, which a federated run does not replay; use a model "
+                             "without dropout")
+        return model
+
+    def algorithm(self, model: FunctionalModel):
+        return METHODS[self.method](model, **self.settings)
+
+    @property
+    def name(self) -> str:
+        return self.label or self.method
+
+    # ------------------------------------------------------------------ JSON
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, allow_nan=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> "RunSpec":
+        return cls(**json.loads(text))
+
+
+
+def specs_to_json(specs: list[RunSpec]) -> str:
+    """Several runs on one federation (one registration, the same nodes) as one JSON text."""
+    specs = list(specs)
+    if not specs:
+        raise ValueError("need at least one RunSpec")
+    first = specs[0]
+    other = [s.name for s in specs if (s.data, s.batch_order) != (first.data, first.batch_order)]
+    if other:
+        raise ValueError(f"runs sharing a federation need the same data and batch_order as {first.name!r}; "
+                         f"{other} differ")
+    return "[" + ",".join(s.to_json() for s in specs) + "]"
+
+
+def specs_from_json(text: str) -> list[RunSpec]:
+    return [RunSpec(**d) for d in json.loads(text)]

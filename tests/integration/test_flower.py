@@ -1,0 +1,113 @@
+"""pflkit's methods on Flower's engines reproduce the batched in-process run, leave no process behind and
+stop with a clear error when a client dies (skipped when Flower, the extra ``pflkit[flower]``, is not
+installed). Tiny sizes: 3 clients, 2 rounds; a deployment pass costs seconds (Flower starts one ClientApp
+process per message)."""
+import os
+import time
+
+import pytest
+import torch
+
+pytest.importorskip("flwr")
+psutil = pytest.importorskip("psutil")
+
+from pflkit.algorithms import PERM, FedAvg  # noqa: E402
+from pflkit.data import perm_synthetic  # noqa: E402
+from pflkit.engine import FunctionalModel  # noqa: E402
+from pflkit.flower.deployment import Deployment  # noqa: E402
+from pflkit.flower.simulation import simulate  # noqa: E402
+from pflkit.flower.spec import RunSpec  # noqa: E402
+from pflkit.models import logistic  # noqa: E402
+from pflkit.runner import run  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+DATA = dict(num_clients=3, samples_per_client=40, dim=5, test_fraction=0.25, seed=1)
+ROUNDS, SEED = 2, 3
+
+
+def _algorithms():
+    model = FunctionalModel(lambda: logistic((DATA["dim"],), 2))
+    return [FedAvg(model, local_steps=3, lr=0.3, batch_size=4),
+            # update_every=2: round 2 ends with the global step and the alpha update (two gradient passes)
+            PERM(model, local_steps=3, lr=0.5, batch_size=4, lam=10.0, update_every=2)]
+
+
+def _specs(rounds=ROUNDS, timeout=60.0):
+    return [RunSpec.for_algorithm(a, model={"name": "logistic"}, data={"name": "perm_synthetic", "kwargs": DATA},
+                                  seed=SEED, rounds=rounds, eval_every=rounds, timeout=timeout) for a in _algorithms()]
+
+
+def _check_equivalence(results):
+    """Final personalized accuracy within 1e-4 of the in-process run, and the final server state (global
+    model; PERM's personalized models and alpha) within float32 rounding."""
+    for alg, out, state in zip(_algorithms(), results["runs"], results["states"]):
+        keep = {}
+        want = run(alg, perm_synthetic(**DATA), ROUNDS, SEED, eval_every=ROUNDS, keep=keep)
+        final = lambda h: {r["metric"]: r["value"] for r in h if r["round"] == ROUNDS}  # noqa: E731
+        got = final([dict(zip(out["history"], row)) for row in zip(*out["history"].values())])
+        expect = final(want.to_dict("records"))
+        assert abs(got["accuracy"] - expect["accuracy"]) <= 1e-4, (alg.name, got, expect)
+        assert abs(got["loss"] - expect["loss"]) <= 1e-5, (alg.name, got, expect)
+        s = keep[(alg.name, SEED)]
+        for k, v in s.w.items():
+            torch.testing.assert_close(state[f"w.{k}"], v, rtol=1e-5, atol=1e-6)
+        if isinstance(alg, PERM):
+            torch.testing.assert_close(state["alpha"], s.alpha, rtol=1e-5, atol=1e-8)
+            for k, v in s.v.items():
+                torch.testing.assert_close(state[f"v.{k}"], v, rtol=1e-5, atol=1e-6)
+
+
+def _gone(pids):
+    alive = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive == []
+
+
+def test_deployment_reproduces_fedavg_and_perm_and_leaves_no_process(tmp_path):
+    dep = Deployment(DATA["num_clients"], tmp_path)
+    with dep:
+        handle = dep.submit(_specs())
+        results = handle.wait(600)
+        pids = dep.pids()
+        groups = [p.pid for p in dep.procs.values()]
+    assert len(pids) >= 1 + DATA["num_clients"]  # a SuperLink and 3 SuperNodes (and their helpers)
+    assert dep.leftover == [] and _gone(pids)
+    for pgid in groups:  # every process group the launcher started is empty
+        with pytest.raises(ProcessLookupError):
+            os.killpg(pgid, 0)
+    _check_equivalence(results)
+    assert [len(r["round_seconds"]) for r in results["runs"]] == [ROUNDS, ROUNDS]
+
+
+def test_a_client_dying_mid_run_stops_the_run_with_a_clear_error(tmp_path):
+    """SuperNode 1 is killed (SIGKILL, with its ClientApp) after round 1: the pass waiting for it ends
+    after the spec's timeout and the ServerApp stops naming the client and the round; nothing hangs and
+    no process is left."""
+    dep = Deployment(DATA["num_clients"], tmp_path)
+    with dep:
+        handle = dep.submit(_specs(rounds=50, timeout=15.0)[1:])  # PERM
+        deadline = time.monotonic() + 300
+        while handle.progress() < 1 and handle.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert handle.progress() >= 1, dep.log_tail(handle.name)
+        dep.kill_node(1)
+        with pytest.raises(RuntimeError, match=r"FederationError: round \d+, \w+ pass: no reply from client\(s\) "
+                                               r"\[1\] .* within 15 s"):
+            handle.wait(180)
+        pids = dep.pids()
+    assert dep.leftover == [] and _gone(pids)
+
+
+def test_simulation_reproduces_fedavg_and_perm_and_shuts_ray_down():
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    results = simulate(_specs(), num_cpus=1, object_store_mb=128)
+    _check_equivalence(results)
+    after = [p.pid for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    _, alive = psutil.wait_procs([psutil.Process(p) for p in after if psutil.pid_exists(p)], timeout=30)
+    assert [p.pid for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []

@@ -1,0 +1,137 @@
+"""The federated protocol of pflkit.flower without Flower: every method's server (its state, its draws,
+its round cut into passes) and one-client ``FederatedClient`` objects reproduce the batched in-process
+run (``runner.run``), round by round; the pieces fail clearly on bad input."""
+import pytest
+import torch
+
+from pflkit.algorithms import PERM, FedAvg, Local, LocalizedFedAvg, PerFedAvg, PFedMe
+from pflkit.data import perm_synthetic
+from pflkit.engine import FunctionalModel
+from pflkit.flower.client import FederatedClient, Job, one_client, replaying
+from pflkit.flower.loopback import run_loopback
+from pflkit.flower.server import drive, make_server, sizes_only
+from pflkit.flower.spec import RunSpec, settings_of
+from pflkit.models import logistic
+from pflkit.runner import run
+
+DATA = dict(num_clients=5, samples_per_client=30, dim=4, test_fraction=0.3, seed=2)
+ROUNDS, SEED = 6, 4
+
+
+def _model():
+    return FunctionalModel(lambda: logistic((DATA["dim"],), 2))
+
+
+METHODS = {
+    "fedavg": lambda m: FedAvg(m, local_steps=3, lr=0.3, batch_size=4, clients_per_round=3),
+    "fedavg_full_batch_by_samples": lambda m: FedAvg(m, local_steps=2, lr=0.3, batch_size=None, weighting="samples"),
+    "localized_fedavg": lambda m: LocalizedFedAvg(m, local_steps=3, lr=0.3, batch_size=4, finetune_steps=2,
+                                                  finetune_lr=0.5, clients_per_round=4),
+    "perfedavg_hf": lambda m: PerFedAvg(m, alpha=0.1, beta=0.2, local_steps=3, batch_size=4, variant="hf"),
+    "pfedme": lambda m: PFedMe(m, lr=0.1, personal_lr=0.05, lam=5.0, local_steps=3, batch_size=4, beta=1.5),
+    "perm": lambda m: PERM(m, local_steps=3, lr=0.5, batch_size=4, lam=10.0, update_every=2),
+    "perm_warmup_estimate_sampled": lambda m: PERM(m, local_steps=3, lr=0.5, batch_size=4, lam=10.0,
+                                                   alpha_solver="exact", warmup_rounds=2, alpha_init="estimate",
+                                                   alpha_samples=5, global_steps=2, update_every=3),
+    "perm_alpha_visits": lambda m: PERM(m, local_steps=3, lr=0.5, batch_size=4, lam=10.0, visit="alpha",
+                                        alpha_init="estimate"),
+}
+
+
+def _spec(alg, **run_kw):
+    return RunSpec.for_algorithm(alg, model={"name": "logistic"}, data={"name": "perm_synthetic", "kwargs": DATA},
+                                 seed=SEED, rounds=ROUNDS, eval_every=2, **run_kw)
+
+
+@pytest.mark.parametrize("key", list(METHODS))
+def test_federated_run_reproduces_the_batched_engine(key):
+    """Same seed, same draws: every evaluated metric and the final server state agree with the in-process
+    run (float32 of one client alone vs inside the batch: 1e-6; accuracy within 1e-4)."""
+    alg = METHODS[key](_model())
+    keep = {}
+    want = run(alg, perm_synthetic(**DATA), ROUNDS, SEED, eval_every=2, keep=keep)
+    got, server = run_loopback(_spec(alg))
+    a, b = (h.set_index(["round", "metric"])["value"].sort_index() for h in (want, got))
+    assert list(a.index) == list(b.index)  # rounds 0, 2, 4, 6 x 4 metrics
+    acc = a.index.get_level_values("metric").str.startswith("accuracy")
+    assert (a[acc] - b[acc]).abs().max() <= 1e-4
+    torch.testing.assert_close(torch.tensor(b.values), torch.tensor(a.values), rtol=1e-5, atol=1e-6)
+    state = keep[(alg.name, SEED)]
+    for name in ("w", "v", "alpha"):
+        if getattr(state, name, None) is not None:
+            torch.testing.assert_close(getattr(server.state, name), getattr(state, name), rtol=1e-5, atol=1e-6)
+    assert server.state.round == ROUNDS
+
+
+def test_the_server_sees_sizes_only_and_each_client_its_own_rows():
+    data = perm_synthetic(**DATA)
+    clients = [FederatedClient(_spec(METHODS["perm"](_model())), j, data) for j in range(5)]
+    skeleton = sizes_only([c.info() for c in reversed(clients)])  # any order of registration
+    assert skeleton.x_train.shape == (int(data.train_sizes.sum()), 0) and skeleton.x_test.shape[1] == 0
+    assert torch.equal(skeleton.train_sizes, data.train_sizes)
+    assert torch.equal(skeleton.train_offsets, data.train_offsets)
+    for j, c in enumerate(clients):
+        x, y = data.client(j)
+        assert torch.equal(c.data.x_train, x) and torch.equal(c.data.y_train, y) and c.data.num_clients == 1
+    # the PERM round's first pass: every client hosts exactly one personalized model (Alg. 1's Latin square)
+    server = make_server(clients[0].spec, [c.info() for c in clients])
+    drive(server.start(), lambda jobs: {})  # uniform alpha: no pass before round 1
+    jobs = next(server.round())
+    assert sorted(jobs) == list(range(5))
+    for job in jobs.values():
+        assert job.config["phase"] == "shuffle" and job.arrays["lr"].shape == (1,)
+        assert job.arrays["draw.0"].dtype == torch.int16 and job.arrays["draw.0"].shape == (3, 1, 4)
+        assert 0 <= int(job.arrays["draw.0"].min()) and int(job.arrays["draw.0"].max()) < 21
+
+
+def test_sizes_only_needs_one_client_per_partition():
+    infos = [FederatedClient(_spec(METHODS["fedavg"](_model())), j).info() for j in (0, 1, 3)]
+    with pytest.raises(ValueError, match=r"one client per partition 0\.\.4, got partitions \[0, 1, 3\]"):
+        sizes_only(infos)
+
+
+def test_replayed_draws_check_their_shape_and_their_use():
+    data = one_client(perm_synthetic(**DATA), 1)
+    view = replaying(data, [torch.zeros(3, 1, 4, dtype=torch.int16)])
+    with pytest.raises(RuntimeError, match=r"server sent rows of shape \(3, 1, 4\), the client update asks for "
+                                           r"\(2, 1, 4\)"):
+        view.sample_indices(torch.zeros(2, 1, dtype=torch.long), 4, torch.Generator())
+    with pytest.raises(RuntimeError, match="did not send"):
+        replaying(data, []).sample_indices(torch.zeros(1, dtype=torch.long), 4, torch.Generator())
+    client = FederatedClient(_spec(METHODS["fedavg"](_model())), 0)
+    w = {f"model.{k}": v.unsqueeze(0) for k, v in client.model.init(0).items()}
+    extra = {"draw.0": torch.zeros(3, 1, 4, dtype=torch.int16), "draw.1": torch.zeros(3, 1, 4, dtype=torch.int16)}
+    with pytest.raises(RuntimeError, match="1 of the rows the server sent were not used"):
+        client.run(Job({**w, **extra}, {"kind": "train", "phase": "client_work", "round": 1, "seed": 0}))
+    with pytest.raises(ValueError, match=r"job kind must be one of .* got kind 'train', phase 'shuffle2'"):
+        client.run(Job(w, {"kind": "train", "phase": "shuffle2"}))
+
+
+def test_spec_rebuilds_the_algorithm_and_rejects_what_it_cannot_run():
+    for make in METHODS.values():
+        alg = make(_model())
+        spec = RunSpec.from_json(_spec(alg).to_json())
+        assert settings_of(spec.algorithm(_model())) == settings_of(alg) and spec.name == alg.name
+    with pytest.raises(ValueError, match=r"exactly \['FedAvg', 'LocalizedFedAvg', 'PERM', 'PFedMe', 'PerFedAvg'\], "
+                                         r"got Local"):
+        _spec(Local(_model(), local_steps=1, lr=0.1, batch_size=2))
+    class Variant(PERM):  # a subclass may change the round (PERM-hetero does): refused too
+        pass
+
+    with pytest.raises(ValueError, match="got .*Variant"):
+        _spec(Variant(_model(), local_steps=1, lr=0.1, batch_size=2, lam=1.0))
+    with pytest.raises(ValueError, match="method must be one of"):
+        RunSpec("PERMHetero", {}, {"name": "logistic"}, {"name": "perm_synthetic"}, 0, 1)
+    dropout = RunSpec("FedAvg", {}, {"name": "femnist_cnn"}, {"name": "perm_synthetic"}, 0, 1)
+    with pytest.raises(ValueError, match="model 'femnist_cnn' has dropout layers"):
+        dropout.functional_model((1, 28, 28), 62)
+    with pytest.raises(ValueError, match=r"model.name must be one of"):
+        RunSpec("FedAvg", {}, {"name": "transformer"}, {"name": "perm_synthetic"}, 0, 1)
+    with pytest.raises(ValueError, match=r"data.name must be one of \['perm_synthetic'\], got 'cifar'"):
+        RunSpec("FedAvg", {}, {"name": "logistic"}, {"name": "cifar"}, 0, 1)
+    with pytest.raises(ValueError, match="rounds must be an integer >= 1, got 0"):
+        RunSpec("FedAvg", {}, {"name": "logistic"}, {"name": "perm_synthetic"}, 0, 0)
+    with pytest.raises(ValueError, match="timeout must be a number of seconds > 0"):
+        RunSpec("FedAvg", {}, {"name": "logistic"}, {"name": "perm_synthetic"}, 0, 1, timeout=0)
+    with pytest.raises(ValueError, match="partition-id must be in \\[0, 5\\)"):
+        FederatedClient(_spec(METHODS["fedavg"](_model())), 5)
