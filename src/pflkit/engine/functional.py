@@ -31,10 +31,14 @@ class FunctionalModel:
     The module stays in eval mode: evaluation and every gradient used for estimates (PERM's alpha,
     full-batch gradients) see no dropout. Minibatch training steps (``engine.local_sgd``) call
     ``train_grad``, which runs dropout layers as in training, unless ``dropout=False``.
+
+    ``fast_steps`` (default True): ``local_sgd``'s plain SGD steps on a dense stacked network run K at a
+    time (``sgd_steps``, ``engine.stacked``); False runs them one ``sgd_step_`` at a time, the path
+    the K-step one is tested and benchmarked against (within float rounding of each other).
     """
 
     def __init__(self, factory: Callable[[], nn.Module], device: str | torch.device = "cpu",
-                 stacked: bool | str = "dense", dropout: bool = True):
+                 stacked: bool | str = "dense", dropout: bool = True, fast_steps: bool = True):
         self.factory = factory
         self.module = factory().to(device)
         self.module.eval()
@@ -42,6 +46,9 @@ class FunctionalModel:
             raise ValueError("models with buffers (e.g. BatchNorm) cannot be stacked; use GroupNorm")
         if not isinstance(dropout, bool):
             raise ValueError(f"dropout must be True or False, got {dropout!r}")
+        if not isinstance(fast_steps, bool):
+            raise ValueError(f"fast_steps must be True or False, got {fast_steps!r}")
+        self.fast_steps = fast_steps
         self.device = torch.device(device)
         # dropout layers are active in training steps (train_grad) and off everywhere else
         self.dropout = dropout and any(isinstance(m, _DropoutNd) for m in self.module.modules())
@@ -107,6 +114,14 @@ class FunctionalModel:
             for k, p in params.items():
                 p.sub_(lr.reshape(-1, *([1] * (p.dim() - 1))) * grads[k])
         return losses
+
+    def sgd_steps(self, params: Params, data, idx: Tensor, lr: Tensor) -> tuple[Params, Tensor] | None:
+        """K plain SGD steps on ``data``'s train rows ``idx`` [K, N, B] with steps ``lr`` [K, N]: the new
+        parameters and the minibatch losses [K, N], or None where only ``sgd_step_`` applies (not a dense
+        stacked network, ``fast_steps=False``, inside torch.func transforms or with differentiable params)."""
+        if not (self.fast_steps and self._use_stacked(params) and self.stacked.dense):
+            return None
+        return self.stacked.sgd_steps(params, data, idx, lr)
 
     # full-batch (padded + masked) losses: used for exact client gradients and evaluation
     def _masked_loss(self, params: Params, x: Tensor, y: Tensor, mask: Tensor) -> Tensor:

@@ -56,8 +56,9 @@ def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, cl
 
     ``batch_size=None`` uses each client's whole train split at every step (exact local GD, over the
     real rows: one masked call per size bucket, ``over_buckets``); no random draws are made then, and
-    dropout layers stay off. Minibatch steps run a model's dropout
-    layers (``FunctionalModel.train_grad``) with one mask seed per step drawn from ``generator``.
+    dropout layers stay off. Minibatch steps run a model's dropout layers
+    (``FunctionalModel.train_grad``) with one mask seed per step drawn from ``generator``; plain SGD
+    steps of a dense stacked network run all K at once (``FunctionalModel.sgd_steps``).
     Returns the new parameters and the minibatch losses [steps, N] (before each step). With
     ``grad_weights`` (theta, shape [steps, 1] or [steps, N]) it also returns sum_s theta_s g_s per model
     as a third value (LocalUpdate's client output). ``lr`` and ``grad_weights`` take the shapes of
@@ -80,6 +81,15 @@ def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, cl
     dropout = bool(getattr(model, "dropout", False)) and not full
     if dropout:  # one seed per step for the dropout masks, drawn after the minibatches
         seeds = torch.randint(0, 2**62, (steps,), generator=generator, device=generator.device).tolist()
+    # plain SGD on graph-free tensors: the model applies the step itself (engine.stacked folds it into
+    # the weight-gradient matmul, and runs all K steps in one call where it can); prox, grad_weights,
+    # masks, dropout or differentiable inputs take the general path
+    fused = (not prox and grad_weights is None and masks is None and not dropout and hasattr(model, "sgd_step_")
+             and not (torch.is_grad_enabled() and any(p.requires_grad for p in params.values())))
+    if fused and not full and steps and hasattr(model, "sgd_steps"):
+        got = model.sgd_steps(params, data, idx, lrs)
+        if got is not None:
+            return got
     losses = torch.empty(steps, n, device=data.device)
     names = list(params)
     # one working copy, updated in place with fused multi-tensor ops (the caller's tensors are untouched)
@@ -91,10 +101,6 @@ def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, cl
     if grad_weights is not None:
         theta = expand_lr(grad_weights, steps, n, data.device)
         acc = [torch.zeros_like(p) for p in cur]
-    # plain SGD on graph-free tensors: the model applies the step itself (engine.stacked folds it into
-    # the weight-gradient matmul); prox, grad_weights or differentiable inputs take the general path
-    fused = (not prox and acc is None and mask_list is None and not dropout and hasattr(model, "sgd_step_")
-             and not (torch.is_grad_enabled() and any(p.requires_grad for p in cur)))
     for s in range(steps):
         stacked = dict(zip(names, cur if mask_list is None else torch._foreach_mul(cur, mask_list)))
         if full:
