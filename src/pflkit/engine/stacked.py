@@ -129,12 +129,13 @@ class StackedSequential:
 
     # ------------------------------------------------------------------ losses
     @staticmethod
-    def _weights(y: Tensor, mask: Tensor | None, dtype) -> Tensor:
-        """Per-sample weights [N, B] of the mean loss: 1/B, or mask / sum(mask)."""
+    def _weights(y: Tensor, mask: Tensor | None, dtype, count: Tensor | None = None) -> Tensor:
+        """Per-sample weights [N, B] of the mean loss: 1/B, or mask / sum(mask) (mask / count with the
+        clients' whole row counts ``count`` [N])."""
         if mask is None:
             return torch.full(y.shape, 1.0 / y.shape[1], dtype=dtype, device=y.device)
         m = mask.to(dtype)
-        return m / m.sum(1, keepdim=True)
+        return m / (m.sum(1, keepdim=True) if count is None else count.to(dtype).unsqueeze(1))
 
     def stats(self, params: dict, x: Tensor, y: Tensor, mask: Tensor):
         """Per model: (sum of masked losses, number correct), no gradients."""
@@ -145,22 +146,23 @@ class StackedSequential:
             correct = ((logits.argmax(-1) == y).to(per.dtype) * m).sum(1)
             return (per * m).sum(1), correct
 
-    def grad(self, params: dict, x: Tensor, y: Tensor, mask: Tensor | None = None):
-        """(grads, losses [N]) of each model's mean (or masked mean) cross-entropy."""
+    def grad(self, params: dict, x: Tensor, y: Tensor, mask: Tensor | None = None, count: Tensor | None = None):
+        """(grads, losses [N]) of each model's mean (or masked mean) cross-entropy; with ``count`` [N] the
+        masked loss sum divided by it."""
         if self.dense:
             with torch.no_grad():
-                return self._dense_grad(params, x, y, mask)
+                return self._dense_grad(params, x, y, mask, count)
         leaves = {k: v.detach().requires_grad_() for k, v in params.items()}
         with torch.enable_grad():
             logits = self.forward(leaves, x)
             per = F.cross_entropy(logits.transpose(1, 2), y, reduction="none")
-            losses = (per * self._weights(y, mask, per.dtype)).sum(1)
+            losses = (per * self._weights(y, mask, per.dtype, count)).sum(1)
             grads = torch.autograd.grad(losses.sum(), list(leaves.values()))
         return dict(zip(leaves, grads)), losses.detach()
 
-    def _dense_grad(self, params: dict, x: Tensor, y: Tensor, mask: Tensor | None):
+    def _dense_grad(self, params: dict, x: Tensor, y: Tensor, mask: Tensor | None, count: Tensor | None = None):
         grads = {}
-        losses = self._dense_backward(params, x, y, mask, None, grads)
+        losses = self._dense_backward(params, x, y, mask, None, grads, count)
         return {k: grads[k] for k in params}, losses
 
     def sgd_step_(self, params: dict, x: Tensor, y: Tensor, lr: Tensor) -> Tensor:
@@ -180,12 +182,12 @@ class StackedSequential:
             return losses
 
     def _dense_backward(self, params: dict, x: Tensor, y: Tensor, mask: Tensor | None,
-                        lr: Tensor | None, grads: dict | None) -> Tensor:
+                        lr: Tensor | None, grads: dict | None, count: Tensor | None = None) -> Tensor:
         """Backward pass of the mean cross-entropy; fills ``grads`` or, with ``lr``, updates in place."""
         keep: list = []
         logits = self.forward(params, x, keep)
         logp = torch.log_softmax(logits, -1)
-        w = self._weights(y, mask, logp.dtype)
+        w = self._weights(y, mask, logp.dtype, count)
         nll = -logp.gather(-1, y.unsqueeze(-1)).squeeze(-1)
         losses = (nll * w).sum(1)
         dz = logp.exp_()  # softmax
@@ -218,6 +220,66 @@ class StackedSequential:
                 bias.sub_(step.sum(1))
             dz = dh
         return losses
+
+    # ------------------------------------------------------------------ one model, every client's rows
+    def grads_at(self, w: dict, data, split: str, rows: int) -> dict:
+        """The exact mean-loss gradient of every client of ``data`` (its ``split``) at ONE dense model ``w``
+        (no leading dim): stacked [N, ..].
+
+        One unbatched pass over the flat store in chunks of at most ``rows`` rows, activations
+        [features, rows]: forward, dz = softmax - onehot, then per layer one weight-gradient matmul per
+        (chunk, client) segment and the bias sums per segment; each client's sums are divided by its size
+        at the end. On the train split the first layer reads ``rows_with_ones(data)`` where there is one:
+        its bias gradient then comes out of the weight-gradient matmul (the column of ones)."""
+        plan = self.linear_plan
+        x, y, _, sizes = data._split(split)
+        ones = rows_with_ones(data) if split == "train" else None
+        d = math.prod(x.shape[1:])
+        weights, biases = [w[wk] for wk, _, _ in plan], [w[bk].unsqueeze(1) for _, bk, _ in plan]
+        if ones is not None:  # the first layer as [W, b, 0..]: inputs [x, 1, 0..]
+            w0 = weights[0]
+            weights[0] = torch.cat([w0, biases[0], w0.new_zeros(w0.shape[0], ones.shape[1] - d - 1)], 1)
+            x, biases[0] = ones, None
+        n, total = sizes.numel(), x.shape[0]
+        dev, dtype = x.device, weights[0].dtype
+        gw = [torch.zeros(n, *v.shape, dtype=dtype, device=dev) for v in weights]
+        gb = [None if v is None else torch.zeros(n, v.shape[0], dtype=dtype, device=dev) for v in biases]
+        bounds = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)]).tolist()
+        first = 0  # the first client with rows in the chunk
+        with torch.no_grad():
+            for a in range(0, total, rows):
+                e = min(a + rows, total)
+                h, inputs = x[a:e].reshape(e - a, -1).T, []  # [D, r]
+                for layer, (wt, bias, (_, _, relu)) in enumerate(zip(weights, biases, plan)):
+                    if relu:  # the first layer's input is the data itself: not in place
+                        h = h.relu_() if layer else h.relu()
+                    inputs.append(h)
+                    h = torch.mm(wt, h) if bias is None else torch.addmm(bias, wt, h)  # [out, r]
+                dz = torch.softmax(h, 0)
+                dz.scatter_add_(0, y[a:e].unsqueeze(0), torch.full((1, e - a), -1.0, dtype=dtype, device=dev))
+                while bounds[first + 1] <= a:
+                    first += 1
+                segments, c = [], first
+                while c < n and bounds[c] < e:
+                    segments.append((c, max(bounds[c], a) - a, min(bounds[c + 1], e) - a))
+                    c += 1
+                for layer in range(len(plan) - 1, -1, -1):
+                    wt, h_in = weights[layer], inputs[layer]
+                    dh = torch.mm(wt.T, dz) if layer else None
+                    for c, s0, s1 in segments:
+                        gw[layer][c].addmm_(dz[:, s0:s1], h_in[:, s0:s1].T)
+                        if gb[layer] is not None:
+                            gb[layer][c].add_(dz[:, s0:s1].sum(1))
+                    if layer and plan[layer][2]:
+                        dh = torch.ops.aten.threshold_backward(dh, h_in, 0)  # ReLU: dh where its output > 0
+                    dz = dh
+        per = sizes.to(dev, dtype)
+        if ones is not None:
+            gw[0], gb[0] = gw[0][:, :, :d], gw[0][:, :, d]
+        out = {}
+        for (wk, bk, _), g_w, g_b in zip(plan, gw, gb):
+            out[wk], out[bk] = g_w / per.reshape(-1, 1, 1), g_b / per.reshape(-1, 1)
+        return {k: out[k] for k in w}
 
     # ------------------------------------------------------------------ K steps, [N, features, B] layout
     def sgd_steps(self, params: dict, data, idx: Tensor, lr: Tensor) -> tuple[dict, Tensor]:
