@@ -34,6 +34,7 @@ the Latin square of Alg. 1. ``benchmarks/results/perm_investigation.md`` compare
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -295,7 +296,8 @@ class PERM:
         grads = None
         if self.alpha_samples is None:
             per_client = full_gradients_at(self.model, s.w, s.data)
-            self._mean_grad = (s.data, {k: (t, t._version) for k, t in s.w.items()},
+            # weak references: the kept mean never holds a federation or a model alive
+            self._mean_grad = (weakref.ref(s.data), {k: (weakref.ref(t), t._version) for k, t in s.w.items()},
                                {k: g.mean(0) for k, g in per_client.items()})
             grads = flatten(per_client)
         return mixing_weights(self.model, s.w, s.data, self.lam, solver=self.alpha_solver, steps=self.alpha_steps,
@@ -304,9 +306,9 @@ class PERM:
     def _mean_gradient(self, s: PERMState) -> Params:
         """(1/N) sum_j grad f_j(w), exact, at the current w: the mean ``_alpha`` kept if it was taken at this
         w (the same tensors, unchanged since), else one pass (``engine.full_gradients_at``)."""
-        data, w, mean = getattr(self, "_mean_grad", (None, None, None))
-        if data is s.data and w.keys() == s.w.keys() and all(t is s.w[k] and t._version == v
-                                                             for k, (t, v) in w.items()):
+        data, w, mean = getattr(self, "_mean_grad", (lambda: None, {}, None))
+        if data() is s.data and w.keys() == s.w.keys() and all(t() is s.w[k] and s.w[k]._version == v
+                                                               for k, (t, v) in w.items()):
             return mean
         return {k: g.mean(0) for k, g in full_gradients_at(self.model, s.w, s.data).items()}
 
