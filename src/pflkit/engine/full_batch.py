@@ -8,8 +8,8 @@ memory of each call bounded.
 * ``full_gradients``: each stacked model's exact gradient on its client (``over_buckets``).
 * ``full_gradients_at``: every client's exact gradient at ONE model w (PERM's alpha and global step).
   A dense stacked network (``engine.stacked``) runs one unbatched pass over the flat store in row
-  chunks, with per-client segment sums: no buckets, no padding, no copy of the data. Other models take
-  ``full_gradients`` of w broadcast.
+  chunks, with per-client segment sums: no buckets, no padding (its first layer reads the inputs'
+  cached 64-byte-row copy where there is one). Other models take ``full_gradients`` of w broadcast.
 
 Memory: a call holds at most ``rows_per_call`` rows, ``budget`` bytes (default ``FULL_BATCH_BYTES``) over
 the model's estimated bytes per row (``ROW_BYTES_FACTOR`` x its input and every layer's output for one
