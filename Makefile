@@ -78,6 +78,7 @@ check-lock: setup
 bench: setup
 	$(PY) benchmarks/speed.py --threads 1,2
 	$(PY) benchmarks/overhead.py --threads 1
+	$(PY) benchmarks/uneven.py --threads 1
 	$(PY) benchmarks/threads.py
 
 clean:

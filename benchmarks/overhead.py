@@ -14,7 +14,14 @@ round (K = 20 local steps, batch 20) runs under ``torch.profiler``:
 * per local step: wall and overhead per step (the round's time / K);
 * achieved GFLOP/s of the round (FLOPs counted by ``FlopCounterMode`` on one reference client step,
   times N x K) against a same-size batched matmul and the machine's large-matmul peak (``speed.py``);
-* rounds per second of the synthetic FedAvg round for N in ``--clients``.
+* rounds per second of the synthetic FedAvg round for N in ``--clients``;
+* **K steps at once vs one step at a time** (issue 20, part 2): one FedAvg round per workload with the
+  default client update (``FunctionalModel(fast_steps=True)``: a dense network's K plain SGD steps in one
+  ``sgd_steps`` call, ``engine.stacked``) and with the path it replaced (``fast_steps=False``: one
+  ``sgd_step_`` per step, kept as the reference), side by side in one run at 1 thread, repeats
+  interleaved, and the largest parameter difference after one round from the same state and draws.
+  Targets: logistic >= 2.5x, MLP and CNN no slower (>= 0.95x: within timing noise; the CNN is not a
+  dense network, so both runs take the same path there).
 
 Writes ``<out>/overhead_<device>.json`` and ``.md`` (next to the CPU results when run on a GPU) and
 prints the markdown.
@@ -80,6 +87,30 @@ def split_row(name: str, n: int, steps: int, batch: int, repeats: int, device, q
             "share_of_peak": achieved / peak}
 
 
+STEPS_TARGETS = {"synthetic": 2.5, "mlp": 0.95, "cnn": 0.95}  # reference round / new round
+
+
+def steps_row(name: str, n: int, steps: int, batch: int, repeats: int, device, quick: bool) -> dict:
+    """One FedAvg round, K-step client update vs one step at a time (the reference), same state and draws."""
+    label, factory, data = workload(name, n, width=8 if quick else 200, quick=quick)
+    data = data.to(device)
+    algos = {fast: FedAvg(FunctionalModel(factory, device, fast_steps=fast), local_steps=steps, lr=LR,
+                          batch_size=batch) for fast in (True, False)}
+    after = {fast: algo.round(algo.init(data, 0)).w for fast, algo in algos.items()}  # same start, same draws
+    diff = max((after[True][k] - after[False][k]).abs().max().item() for k in after[True])
+    states = {fast: algo.init(data, 0) for fast, algo in algos.items()}
+    times = {True: [], False: []}
+    for _ in range(repeats):  # interleaved, so a change in machine load hits both alike
+        for fast in (False, True):
+            times[fast] += time_it(lambda a=algos[fast], s=states[fast]: a.round(s), 1, device)
+    new, ref = (statistics.median(times[f]) for f in (True, False))
+    return {"workload": name, "label": label, "clients": n, "local_steps": steps, "batch_size": batch,
+            "threads": torch.get_num_threads(), "new_s": new, "reference_s": ref,
+            "new_range_s": [min(times[True]), max(times[True])],
+            "reference_range_s": [min(times[False]), max(times[False])], "speedup": ref / new,
+            "max_abs_diff": diff, "target": STEPS_TARGETS[name], "met": ref / new >= STEPS_TARGETS[name]}
+
+
 def rounds_per_second(ns, steps, batch, repeats, device, quick) -> list[dict]:
     out = []
     for n in ns:
@@ -106,7 +137,27 @@ def markdown(res: dict) -> str:
     lines += ["", "Synthetic logistic FedAvg round by N: "
               + "; ".join(f"N = {r['clients']}: {r['round_s'] * 1e3:.1f} ms ({r['rounds_per_s']:.0f} rounds/s)"
                           for r in res["rounds"])]
+    if res.get("steps"):
+        lines += ["", f"K steps at once (the default) vs one step at a time (the reference, `fast_steps=False`): "
+                  f"one FedAvg round, {res['steps'][0]['threads']} thread(s), median of {res['steps_repeats']} "
+                  "interleaved rounds each (the CNN a third; min-max), the largest parameter difference after one "
+                  "round from the same state and draws:", "",
+                  "| workload | one step at a time | K steps at once | speedup | target | max abs difference |",
+                  "|---|---|---|---|---|---|"]
+        for r in res["steps"]:
+            lines.append(f"| {r['label']} | {_ms(r['reference_s'])} ({_ms(r['reference_range_s'][0])}-"
+                         f"{_ms(r['reference_range_s'][1])}) ms | {_ms(r['new_s'])} ({_ms(r['new_range_s'][0])}-"
+                         f"{_ms(r['new_range_s'][1])}) ms | {r['speedup']:.2f}x | >= {r['target']:.2f}x | "
+                         f"{r['max_abs_diff']:.1e} |")
+        lines += ["", "Targets:", ""]
+        for r in res["steps"]:
+            lines.append(f"- [{'x' if r['met'] else ' '}] {r['workload']} FedAvg round, K steps at once vs one "
+                         f"step at a time >= {r['target']:.2f}x: {r['speedup']:.2f}x")
     return "\n".join(lines) + "\n"
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:,.2f}"
 
 
 def main(argv=None) -> dict:
@@ -115,6 +166,8 @@ def main(argv=None) -> dict:
     p.add_argument("--local-steps", type=int, default=20)
     p.add_argument("--batch-size", type=int, default=20)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--steps-repeats", type=int, default=21,
+                   help="interleaved rounds per path in the K-steps comparison (the CNN takes a third, >= 3)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--device", default="auto")
     p.add_argument("--workloads", default="synthetic,mlp,cnn")
@@ -132,6 +185,11 @@ def main(argv=None) -> dict:
            "split": [split_row(w, 4 if a.quick else 50, steps, a.batch_size, repeats, device, a.quick, peak)
                      for w in a.workloads.split(",")],
            "rounds": rounds_per_second(ns, steps, a.batch_size, repeats, device, a.quick)}
+    steps_repeats = 1 if a.quick else a.steps_repeats
+    res["steps_repeats"] = steps_repeats
+    res["steps"] = [steps_row(w, 4 if a.quick else 50, steps, a.batch_size,
+                              steps_repeats if w != "cnn" else max(1 if a.quick else 3, steps_repeats // 3), device,
+                              a.quick) for w in a.workloads.split(",")]
     out = Path(a.out)
     write_json(out / f"overhead_{device.type}.json", res)
     text = markdown(res)

@@ -8,7 +8,7 @@ from torch import Tensor
 
 from .data.federated import FederatedDataset
 from .engine.functional import FunctionalModel
-from .engine.local_sgd import over_buckets
+from .engine.full_batch import over_buckets, rows_per_call
 from .engine.params import Params, num_models
 
 
@@ -31,16 +31,17 @@ class ClientMetrics:
 
 
 def evaluate(model: FunctionalModel, params: Params, data: FederatedDataset, split: str = "test",
-             chunk: int = 256) -> ClientMetrics:
+             chunk: int = 256, budget: int | None = None) -> ClientMetrics:
     """Model i is scored on client i's ``split`` data; params are stacked [N, ..].
 
-    Runs over the real rows only: one masked batched call per size bucket (``engine.over_buckets``),
-    at most ``chunk`` models per call."""
+    Runs over the real rows only: masked batched calls per size bucket (``engine.full_batch.over_buckets``),
+    at most ``chunk`` models and ``rows_per_call(model, data, budget)`` rows per call."""
     n_models = num_models(params)
     if n_models != data.num_clients:
         raise ValueError(f"evaluate needs one model per client: got {n_models} models for "
                          f"{data.num_clients} clients")
-    loss_sum, correct = over_buckets(model.batched_stats, params, data, split, chunk=chunk)
+    loss_sum, correct = over_buckets(model.batched_stats, params, data, split, chunk=chunk,
+                                     rows=rows_per_call(model, data, budget))
     n = data._split(split)[3].double()
     return ClientMetrics(accuracy=(correct.double().cpu() / n), loss=(loss_sum.double().cpu() / n), n=n.long())
 

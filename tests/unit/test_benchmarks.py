@@ -49,10 +49,12 @@ def test_uneven_benchmark_writes_its_table(tmp_path):
     w = res["workload"]
     assert w["clients"] == 6 and w["train_rows"] < w["padded_train_rows"]
     assert all(res["eval"][k]["median_s"] > 0 for k in ("buckets", "loop", "padded"))
-    assert {p["path"] for p in res["memory"]["points"]} == {"buckets", "padded"}
+    assert {p["path"] for p in res["memory"]["points"]} == {"buckets", "flat", "padded"}
     assert res["memory"]["real_rows_activation_bytes"] > 0
-    assert res["alpha"]["alpha_update"]["median_s"] > 0 and res["alpha"]["fedavg_round"]["median_s"] > 0
-    assert [t["what"].split()[0] for t in res["targets"]] == ["evaluation", "full-gradient", "PERM"]
+    assert all(res["alpha"][k]["median_s"] > 0 for k in ("alpha_update", "alpha_update_buckets", "alpha_update_padded",
+                                                        "fedavg_round", "fedavg_round_reference"))
+    assert [t["what"].split()[0] for t in res["targets"]] == ["evaluation", "full-gradient", "full-gradient", "PERM",
+                                                              "PERM"]
     saved = json.loads((tmp_path / "uneven.json").read_text())
     assert saved["workload"] == w
     assert "| evaluation (test split), ms |" in (tmp_path / "uneven.md").read_text()
@@ -67,6 +69,17 @@ def test_flower_benchmark_writes_its_table(tmp_path):
     assert [m["method"] for m in run["methods"]] == ["FedAvg", "PERM"]
     assert all(len(m["round_seconds"]) == 2 and 0 <= m["accuracy"] <= 1 for m in run["methods"])
     assert "| in-process | 3 | PERM |" in (tmp_path / "flower.md").read_text()
+
+
+def test_alpha_memory_benchmark_measures_one_alpha_per_budget(tmp_path):
+    """perm_fig2's alpha computation on the smoke profile (seconds), one fresh process per budget."""
+    bench = _load("alpha_memory")
+    res = bench.main(["--profile", "smoke", "--budgets", "64,1", "--out", str(tmp_path)])
+    big, small = res["points"]
+    assert (big["budget_mib"], small["budget_mib"]) == (64, 1) and small["rows_per_call"] < big["rows_per_call"]
+    for p in res["points"]:
+        assert p["alpha_finite"] and p["seconds"] > 0 and p["peak_rss_bytes"] > 0 and p["model"] == "cnn"
+    assert "| 1 MiB |" in (tmp_path / "alpha_memory.md").read_text()
 
 
 def test_paper_estimates_multiply_a_timed_round_out_and_say_what_they_skipped(tmp_path):

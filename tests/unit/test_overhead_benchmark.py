@@ -19,3 +19,10 @@ def test_overhead_benchmark_writes_its_table(tmp_path):
     assert [r["clients"] for r in res["rounds"]] == [4, 8] and all(r["rounds_per_s"] > 0 for r in res["rounds"])
     assert json.loads((tmp_path / "overhead_cpu.json").read_text())["split"] == res["split"]
     assert "| synthetic logistic (d=60), N=4 |" in (tmp_path / "overhead_cpu.md").read_text()
+    # K steps at once vs one step at a time: both timed, the same numbers up to float rounding
+    assert [r["workload"] for r in res["steps"]] == ["synthetic", "mlp", "cnn"]
+    for r in res["steps"]:
+        assert r["new_s"] > 0 and r["reference_s"] > 0 and r["max_abs_diff"] < 1e-5
+        assert r["met"] == (r["speedup"] >= r["target"])
+    assert r["max_abs_diff"] == 0.0  # the CNN takes the same path both times
+    assert "K steps at once vs one step at a time >= 2.50x" in (tmp_path / "overhead_cpu.md").read_text()

@@ -55,6 +55,22 @@ def test_project_simplex_matches_bisection():
         torch.testing.assert_close(p[i], ref.project_simplex_bisection(v[i]), atol=1e-9, rtol=0)
 
 
+
+def test_projection_sorted_by_numpy_equals_the_torch_formulation_bit_for_bit():
+    """project_simplex has numpy sort the rows; the torch-only formulation gives the same bits (ties,
+    non-contiguous rows, float32 and float64)."""
+    g = torch.Generator().manual_seed(0)
+    for i in range(200):
+        n = int(torch.randint(1, 60, (1,), generator=g))
+        v = torch.randn(n, n, generator=g, dtype=torch.float64) * 10.0 ** float(torch.randint(-3, 3, (1,), generator=g))
+        if i % 3 == 0:
+            v = (v * 4).round() / 4  # ties
+        if i % 4 == 0:
+            v = v.T  # non-contiguous rows
+        if i % 5 == 0:
+            v = v.float()
+        assert torch.equal(project_simplex(v), ref.project_simplex_sort(v))
+
 def test_alpha_input_errors():
     d, n = _instance(0)
     with pytest.raises(ValueError, match="lambda must be >= 0"):
@@ -319,3 +335,49 @@ def test_perm_alpha_is_its_own_method_and_claim():
     assert perm_claim(table)["best_other"] == "Local" and not perm_claim(table)["holds"]
     claim = perm_claim(table, perm="PERM (alpha visits)")
     assert claim["best_other"] == "Local" and claim["holds"] and claim["margin"] == 0.1
+
+
+def test_global_step_takes_the_mean_gradient_kept_by_the_last_alpha_update(monkeypatch):
+    """w does not move between an alpha update and the next global step: that step reuses the exact mean
+    gradient the alpha update computed (the same bits as a fresh pass), and recomputes once w changed."""
+    from pflkit.algorithms import perm as perm_module
+    from pflkit.engine import full_gradients_at
+    data = perm_synthetic(6, 40, 5, seed=0)
+    model = FunctionalModel(lambda: logistic((5,), 2))
+
+    def run(reuse: bool):
+        algo = PERM(model, local_steps=2, lr=0.1, batch_size=4, lam=0.5, alpha_solver="gd", alpha_steps=5,
+                    global_lr=0.3, update_every=2)
+        if not reuse:
+            monkeypatch.setattr(algo, "_mean_gradient", lambda s: {
+                k: g.mean(0) for k, g in full_gradients_at(model, s.w, s.data).items()})
+        s = algo.init(data, 0)
+        for _ in range(7):
+            s = algo.round(s)
+        return s
+
+    a, b = run(True), run(False)
+    for k in a.w:
+        assert torch.equal(a.w[k], b.w[k]) and not torch.equal(a.w[k], model.init(0)[k])
+    assert torch.equal(a.alpha, b.alpha)
+    for k in a.v:
+        assert torch.equal(a.v[k], b.v[k])
+    # which passes run: none for a global step right after an alpha update at the same w
+    calls = []
+    monkeypatch.setattr(perm_module, "full_gradients_at",
+                        lambda *args, **kw: calls.append(1) or full_gradients_at(*args, **kw))
+    algo = PERM(model, local_steps=2, lr=0.1, batch_size=4, lam=0.5, alpha_solver="gd", alpha_steps=5)
+    s = algo.init(data, 0)
+    algo._alpha(s, None)
+    assert len(calls) == 1
+    kept = algo._mean_gradient(s)
+    assert len(calls) == 1
+    fresh = {k: g.mean(0) for k, g in full_gradients_at(model, s.w, data).items()}
+    assert all(torch.equal(kept[k], fresh[k]) for k in fresh)
+    s.w = {k: v + 0.0 for k, v in s.w.items()}  # new tensors (as a global step makes)
+    algo._mean_gradient(s)
+    assert len(calls) == 2
+    algo._alpha(s, None)
+    next(iter(s.w.values())).add_(0.5)  # changed in place
+    algo._mean_gradient(s)
+    assert len(calls) == 4

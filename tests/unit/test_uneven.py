@@ -15,7 +15,7 @@ from pflkit.data import federated
 from pflkit.data.federated import bucket_width
 from pflkit.data.quadratic_clients import QuadraticModel
 from pflkit.engine import FunctionalModel, full_gradients, local_sgd, make_generator
-from pflkit.engine.local_sgd import over_buckets
+from pflkit.engine.full_batch import over_buckets
 from pflkit.engine.params import take
 from pflkit.eval import evaluate, majority_baseline
 from pflkit.models import cnn, logistic, mlp

@@ -34,14 +34,17 @@ the Latin square of Alg. 1. ``benchmarks/results/perm_investigation.md`` compare
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from ..data.federated import FederatedDataset
 from ..engine.functional import FunctionalModel
-from ..engine.local_sgd import full_gradients, local_sgd
+from ..engine.full_batch import full_gradients, full_gradients_at
+from ..engine.local_sgd import local_sgd
 from ..engine.params import Params, apply_masks, broadcast, flatten
 from ..models.width import intersect
 from .base import BaseState, check_batch_size, check_positive
@@ -98,8 +101,14 @@ def water_filling(d: Tensor, n: Tensor, lam: float) -> Tensor:
 
 
 def project_simplex(v: Tensor) -> Tensor:
-    """Euclidean projection of every row onto the probability simplex (sort-based, Duchi et al. 2008)."""
-    u, _ = v.sort(1, descending=True)
+    """Euclidean projection of every row onto the probability simplex (sort-based, Duchi et al. 2008).
+
+    On the CPU numpy sorts the rows (10x faster than torch.sort on PERM's [N, N]; a sort's output does not
+    depend on its algorithm, so the projection is the same bit for bit: tests/unit/test_perm.py)."""
+    if v.device.type == "cpu":
+        u = torch.from_numpy(-np.sort(-v.detach().numpy(), axis=1))
+    else:
+        u, _ = v.sort(1, descending=True)
     css = u.cumsum(1) - 1.0
     ks = torch.arange(1, v.shape[1] + 1, device=v.device, dtype=v.dtype)
     cond = u - css / ks > 0
@@ -128,14 +137,12 @@ def projected_gd(d: Tensor, n: Tensor, lam: float, steps: int, init: Tensor | No
 
 def local_gradients(model: FunctionalModel, w: Params, data: FederatedDataset, samples: int | None,
                     generator: torch.Generator) -> Params:
-    """grad f_j(w) for every client j, stacked [N, ..]: exact (``samples=None``, no draw) or from
-    ``samples`` rows per client (one ``sample_indices`` call of shape [N])."""
-    stacked = broadcast(w, data.num_clients)
+    """grad f_j(w) for every client j, stacked [N, ..]: exact (``samples=None``, no draw: one flat pass,
+    ``engine.full_gradients_at``) or from ``samples`` rows per client (one ``sample_indices`` call, shape [N])."""
     if samples is None:
-        grads, _ = full_gradients(model, stacked, data)
-    else:
-        idx = data.sample_indices(torch.arange(data.num_clients), samples, generator)
-        grads, _ = model.batched_grad(stacked, data.x_train[idx], data.y_train[idx])
+        return full_gradients_at(model, w, data)
+    idx = data.sample_indices(torch.arange(data.num_clients), samples, generator)
+    grads, _ = model.batched_grad(broadcast(w, data.num_clients), data.x_train[idx], data.y_train[idx])
     return grads
 
 
@@ -160,13 +167,16 @@ def alpha_from_gradients(grads: Tensor, n: Tensor, lam: float, *, solver: str = 
 
 def mixing_weights(model: FunctionalModel, w: Params, data: FederatedDataset, lam: float, *,
                    solver: str = "exact", steps: int = 100, samples: int | None = None,
-                   generator: torch.Generator | None = None, init: Tensor | None = None) -> Tensor:
-    """alpha [N, N] (row i = client i's weights over all clients) at the global model w."""
+                   generator: torch.Generator | None = None, init: Tensor | None = None,
+                   grads: Tensor | None = None) -> Tensor:
+    """alpha [N, N] (row i = client i's weights over all clients) at the global model w (``grads``: the
+    client gradient rows [N, P] at w when the caller has them, ``client_gradients`` otherwise)."""
     if solver not in ALPHA_SOLVERS:
         raise ValueError(f"alpha solver must be one of {ALPHA_SOLVERS}, got {solver!r}")
-    gen = generator if generator is not None else torch.Generator().manual_seed(0)
-    return alpha_from_gradients(client_gradients(model, w, data, samples, gen), data.train_sizes, lam,
-                                solver=solver, steps=steps, init=init)
+    if grads is None:
+        gen = generator if generator is not None else torch.Generator().manual_seed(0)
+        grads = client_gradients(model, w, data, samples, gen)
+    return alpha_from_gradients(grads, data.train_sizes, lam, solver=solver, steps=steps, init=init)
 
 
 # --------------------------------------------------------------------------- shuffling
@@ -299,14 +309,33 @@ class PERM:
         return None
 
     def _alpha(self, s: PERMState, init: Tensor | None) -> Tensor:
-        """alpha at the current global model: exact, or ``alpha_steps`` GD steps warm-started at ``init``."""
-        grads = client_gradients(self.model, s.w, s.data, self.alpha_samples, s.generator)
+        """alpha at the current global model: exact, or ``alpha_steps`` GD steps warm-started at ``init``.
+
+        With exact gradients, their mean over clients is kept for the next global step: w does not move
+        between an alpha update and the next global step, so that step needs no pass of its own."""
+        if self.alpha_samples is None:
+            per_client = full_gradients_at(self.model, s.w, s.data)
+            # weak references: the kept mean never holds a federation or a model alive
+            self._mean_grad = (weakref.ref(s.data), {k: (weakref.ref(t), t._version) for k, t in s.w.items()},
+                               {k: g.mean(0) for k, g in per_client.items()})
+            grads = flatten(per_client)
+        else:
+            grads = client_gradients(self.model, s.w, s.data, self.alpha_samples, s.generator)
         return self.alpha_from_gradients(s, grads, init)
 
     def alpha_from_gradients(self, s: PERMState, grads: Tensor, init: Tensor | None) -> Tensor:
         """The alpha update from the clients' gradients at the global model (rows [N, P])."""
         return alpha_from_gradients(grads, s.data.train_sizes, self.lam, solver=self.alpha_solver,
                                     steps=self.alpha_steps, init=init)
+
+    def _mean_gradient(self, s: PERMState) -> Params:
+        """(1/N) sum_j grad f_j(w), exact, at the current w: the mean ``_alpha`` kept if it was taken at this
+        w (the same tensors, unchanged since), else one pass (``engine.full_gradients_at``)."""
+        data, w, mean = getattr(self, "_mean_grad", (lambda: None, {}, None))
+        if data() is s.data and w.keys() == s.w.keys() and all(t() is s.w[k] and s.w[k]._version == v
+                                                               for k, (t, v) in w.items()):
+            return mean
+        return {k: g.mean(0) for k, g in full_gradients_at(self.model, s.w, s.data).items()}
 
     # -- the round
     def _period(self, n: int) -> int | None:
@@ -376,6 +405,10 @@ class PERM:
         coordinate-wise mean over the clients covering it of M_j (.) grad f_j(M_j (.) w))."""
         n = s.data.num_clients
         for _ in range(self.global_steps):
+            if masks is None and self.alpha_samples is None:  # the clients' exact mean gradient
+                step = self._mean_gradient(s)
+                s.w = {k: v - self.global_lr * step[k] for k, v in s.w.items()}
+                continue
             if masks is None:
                 grads = local_gradients(self.model, s.w, s.data, self.alpha_samples, s.generator)
             else:

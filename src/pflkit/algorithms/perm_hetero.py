@@ -63,7 +63,8 @@ from torch import Tensor
 from .. import seeds
 from ..data.federated import FederatedDataset
 from ..engine.functional import FunctionalModel
-from ..engine.local_sgd import full_gradients, local_sgd
+from ..engine.full_batch import full_gradients
+from ..engine.local_sgd import local_sgd
 from ..engine.params import Params, apply_masks, broadcast, flatten
 from ..models.width import EXTRACTIONS, WidthSpec, check_fractions, masks_for, num_parameters
 from .base import BaseState, check_batch_size, check_positive, eval_generator

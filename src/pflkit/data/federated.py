@@ -68,6 +68,7 @@ class FederatedDataset:
     batch_order: str = "replacement"
     _padded: dict = field(default_factory=dict, repr=False, compare=False)
     _buckets: dict = field(default_factory=dict, repr=False, compare=False)
+    _rows: dict = field(default_factory=dict, repr=False, compare=False)
 
     # ----------------------------------------------------------------- construction
     @classmethod
@@ -148,14 +149,14 @@ class FederatedDataset:
         return replace(
             self,
             x_train=self.x_train.to(device), y_train=self.y_train.to(device),
-            x_test=self.x_test.to(device), y_test=self.y_test.to(device), _padded={}, _buckets={},
+            x_test=self.x_test.to(device), y_test=self.y_test.to(device), _padded={}, _buckets={}, _rows={},
         )
 
     def with_batch_order(self, order: str) -> "FederatedDataset":
         """The same data (tensors shared) drawing its minibatches in ``order`` (see ``BATCH_ORDERS``)."""
         if order not in BATCH_ORDERS:
             raise ValueError(f"batch_order must be one of {BATCH_ORDERS}, got {order!r}")
-        return replace(self, batch_order=order, _padded=self._padded, _buckets=self._buckets)
+        return replace(self, batch_order=order, _padded=self._padded, _buckets=self._buckets, _rows=self._rows)
 
     def with_label_groups(self, num_groups: int) -> "FederatedDataset":
         """Clients split into ``num_groups`` contiguous groups (client j in group j * G // N); group g's
@@ -175,7 +176,8 @@ class FederatedDataset:
             shift = torch.repeat_interleave(group, sizes).to(y.device)
             return (y + shift) % c
         return replace(self, y_train=shifted(self.y_train, self.train_sizes),
-                       y_test=shifted(self.y_test, self.test_sizes), groups=group, _padded={}, _buckets={})
+                       y_test=shifted(self.y_test, self.test_sizes), groups=group, _padded={}, _buckets={},
+                       _rows=self._rows)
 
     def client(self, j: int, split: str = "train") -> tuple[Tensor, Tensor]:
         x, y, off, size = self._split(split)
@@ -211,11 +213,12 @@ class FederatedDataset:
             local = self._shuffled_rows(clients.unsqueeze(0) if clients.dim() == 1 else clients, batch_size,
                                         generator)
             local = local.reshape(*clients.shape, batch_size)
-        else:
-            sizes = self.train_sizes[clients].unsqueeze(-1)
-            u = torch.rand(*clients.shape, batch_size, generator=generator, dtype=torch.float64)
-            local = torch.minimum((u * sizes).long(), sizes - 1)
-        return (self.train_offsets[clients].unsqueeze(-1) + local).to(self.device)
+            return (self.train_offsets[clients].unsqueeze(-1) + local).to(self.device)
+        sizes = self.train_sizes[clients].unsqueeze(-1)
+        u = torch.rand(*clients.shape, batch_size, generator=generator, dtype=torch.float64)
+        local = u.mul_(sizes).long()  # in place where it can: the values of min((u * n).long(), n - 1) + offset
+        local = torch.minimum(local, sizes - 1, out=local)
+        return local.add_(self.train_offsets[clients].unsqueeze(-1)).to(self.device)
 
     def _shuffled_rows(self, clients: Tensor, batch_size: int, generator: torch.Generator) -> Tensor:
         """Client-local row numbers [S, ..., B] for ``clients`` [S, ...]: shuffled passes per column."""
@@ -246,6 +249,20 @@ class FederatedDataset:
             idx = idx.to(x.device)
             self._padded[split] = (x[idx], y[idx], mask.to(x.device))
         return self._padded[split]
+
+    def train_rows_with_ones(self) -> Tensor:
+        """``x_train`` as rows [n_total, W]: the flattened features, a column of ones, then zeros up to
+        W = a multiple of 16 columns (64-byte rows in float32). Cached (rebuilt if ``x_train`` is replaced
+        or changed in place). ``engine.stacked.sgd_steps`` gathers its minibatches from it: whole aligned
+        rows, with the first layer's bias riding as the weight of the ones column."""
+        x = self.x_train
+        if self._rows.get("x") is not x or self._rows["version"] != x._version:
+            d = math.prod(x.shape[1:])
+            rows = torch.zeros(x.shape[0], -(-(d + 1) // 16) * 16, dtype=x.dtype, device=x.device)
+            rows[:, :d] = x.reshape(x.shape[0], d)
+            rows[:, d] = 1.0
+            self._rows.update(x=x, version=x._version, rows=rows)
+        return self._rows["rows"]
 
     def size_buckets(self, split: str = "test", ratio: float | None = None, min_width: int | None = None,
                      slack: int | None = None) -> tuple[list[SizeBucket], Tensor]:

@@ -180,14 +180,18 @@ class QuadraticModel:
     def batched_grad(self, params, x, y):
         return self._batched_grad(params, x, y)
 
-    def _masked_loss(self, params, x, y, mask):
+    def _masked_loss(self, params, x, y, mask, count=None):
         m = mask.to(x.dtype)
-        return (self.per_example(params, x) * m).sum() / m.sum()
+        return (self.per_example(params, x) * m).sum() / (m.sum() if count is None else count)
 
-    def batched_full_grad(self, params, x, y, mask):
-        return self._batched_masked_grad(params, x, y, mask)
+    def batched_full_grad(self, params, x, y, mask, count=None):
+        """Each model's masked mean loss gradient (the loss sum over ``count`` [N] where given:
+        ``engine.full_batch`` slices)."""
+        if count is None:
+            return self._batched_masked_grad(params, x, y, mask)
+        return self._batched_masked_grad(params, x, y, mask, count.to(x.dtype))
 
-    def batched_stats(self, params, x, y, mask):
+    def batched_stats(self, params, x, y, mask, count=None):
         """Per model: (sum of losses, 0 correct) over the masked samples (no accuracy for regression)."""
         with torch.no_grad():
             per = vmap(self.per_example)(params, x) * mask.to(x.dtype)

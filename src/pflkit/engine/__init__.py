@@ -1,11 +1,12 @@
 """The batched multi-client engine: stacked parameters, vmap(grad) over clients, local SGD."""
 from ..device import resolve_device
 from .functional import FunctionalModel
-from .local_sgd import full_gradients, local_sgd
+from .full_batch import full_gradients, full_gradients_at
+from .local_sgd import local_sgd
 from .params import Params, broadcast, flatten, init_params, mean, num_models, take
 
-__all__ = ["FunctionalModel", "Params", "local_sgd", "full_gradients", "broadcast", "mean", "take",
-           "flatten", "init_params", "num_models", "resolve_device", "make_generator"]
+__all__ = ["FunctionalModel", "Params", "local_sgd", "full_gradients", "full_gradients_at", "broadcast", "mean",
+           "take", "flatten", "init_params", "num_models", "resolve_device", "make_generator"]
 
 
 def make_generator(seed: int):

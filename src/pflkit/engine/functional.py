@@ -31,10 +31,14 @@ class FunctionalModel:
     The module stays in eval mode: evaluation and every gradient used for estimates (PERM's alpha,
     full-batch gradients) see no dropout. Minibatch training steps (``engine.local_sgd``) call
     ``train_grad``, which runs dropout layers as in training, unless ``dropout=False``.
+
+    ``fast_steps`` (default True): ``local_sgd``'s plain SGD steps on a dense stacked network run K at a
+    time (``sgd_steps``, ``engine.stacked``); False runs them one ``sgd_step_`` at a time, the path
+    the K-step one is tested and benchmarked against (within float rounding of each other).
     """
 
     def __init__(self, factory: Callable[[], nn.Module], device: str | torch.device = "cpu",
-                 stacked: bool | str = "dense", dropout: bool = True):
+                 stacked: bool | str = "dense", dropout: bool = True, fast_steps: bool = True):
         self.factory = factory
         self.module = factory().to(device)
         self.module.eval()
@@ -42,6 +46,10 @@ class FunctionalModel:
             raise ValueError("models with buffers (e.g. BatchNorm) cannot be stacked; use GroupNorm")
         if not isinstance(dropout, bool):
             raise ValueError(f"dropout must be True or False, got {dropout!r}")
+        if not isinstance(fast_steps, bool):
+            raise ValueError(f"fast_steps must be True or False, got {fast_steps!r}")
+        self.fast_steps = fast_steps
+        self._activation_bytes: dict = {}
         self.device = torch.device(device)
         # dropout layers are active in training steps (train_grad) and off everywhere else
         self.dropout = dropout and any(isinstance(m, _DropoutNd) for m in self.module.modules())
@@ -108,11 +116,21 @@ class FunctionalModel:
                 p.sub_(lr.reshape(-1, *([1] * (p.dim() - 1))) * grads[k])
         return losses
 
-    # full-batch (padded + masked) losses: used for exact client gradients and evaluation
-    def _masked_loss(self, params: Params, x: Tensor, y: Tensor, mask: Tensor) -> Tensor:
+    def sgd_steps(self, params: Params, data, idx: Tensor, lr: Tensor) -> tuple[Params, Tensor] | None:
+        """K plain SGD steps on ``data``'s train rows ``idx`` [K, N, B] with steps ``lr`` [K, N]: the new
+        parameters and the minibatch losses [K, N], or None where only ``sgd_step_`` applies (not a dense
+        stacked network, ``fast_steps=False``, inside torch.func transforms or with differentiable params)."""
+        if not (self.fast_steps and self._use_stacked(params) and self.stacked.dense):
+            return None
+        return self.stacked.sgd_steps(params, data, idx, lr)
+
+    # full-batch (padded + masked) losses: used for exact client gradients and evaluation; ``count`` (the
+    # client's whole row count, default the mask's) divides the loss sum, so that slices of a client's
+    # rows (engine.full_batch) give parts that add up to its mean
+    def _masked_loss(self, params: Params, x: Tensor, y: Tensor, mask: Tensor, count: Tensor | None = None) -> Tensor:
         per = F.cross_entropy(self.forward(params, x), y, reduction="none")
         m = mask.to(per.dtype)
-        return (per * m).sum() / m.sum()
+        return (per * m).sum() / (m.sum() if count is None else count)
 
     def _masked_stats(self, params: Params, x: Tensor, y: Tensor, mask: Tensor):
         logits = self.forward(params, x)
@@ -121,15 +139,46 @@ class FunctionalModel:
         correct = ((logits.argmax(-1) == y).to(per.dtype) * m).sum()
         return (per * m).sum(), correct
 
-    def batched_full_grad(self, params: Params, x: Tensor, y: Tensor, mask: Tensor):
-        """Exact gradient of each model's mean loss over its (padded) client data."""
+    def batched_full_grad(self, params: Params, x: Tensor, y: Tensor, mask: Tensor, count: Tensor | None = None):
+        """Exact gradient of each model's mean loss over its (padded) client data (the masked loss sum
+        divided by ``count`` [N] where given)."""
         if self._use_stacked(params):
-            return self.stacked.grad(params, x, y, mask)
-        return self._batched_masked_grad(params, x, y, mask)
+            return self.stacked.grad(params, x, y, mask, count)
+        if count is None:
+            return self._batched_masked_grad(params, x, y, mask)
+        return self._batched_masked_grad(params, x, y, mask, count.to(x.dtype))
 
-    def batched_stats(self, params: Params, x: Tensor, y: Tensor, mask: Tensor):
-        """Per model: (sum of losses, number correct) over the masked samples."""
+    def batched_stats(self, params: Params, x: Tensor, y: Tensor, mask: Tensor, count: Tensor | None = None):
+        """Per model: (sum of losses, number correct) over the masked samples (``count`` is not needed:
+        sums add up over slices)."""
         if self._use_stacked(params):
             return self.stacked.stats(params, x, y, mask)
         with torch.no_grad():
             return self._batched_eval(params, x, y, mask)
+
+    def activation_bytes(self, feature_shape: tuple[int, ...]) -> int:
+        """Bytes of one input row and of every layer's output for it (a forward pass of one zero sample
+        with hooks, once per input shape; views of a tensor already counted are not counted again):
+        what ``engine.full_batch`` sizes its row chunks by."""
+        key = tuple(feature_shape)
+        if key not in self._activation_bytes:
+            x = torch.zeros(1, *key, device=self.device)
+            seen, total = {x.untyped_storage().data_ptr()}, [x.numel() * x.element_size()]
+
+            def hook(_module, _inputs, out):
+                if isinstance(out, Tensor) and out.untyped_storage().data_ptr() not in seen:
+                    seen.add(out.untyped_storage().data_ptr())
+                    total.append(out.numel() * out.element_size())
+
+            leaves = [m for m in self.module.modules() if not list(m.children())]
+            hooks = [m.register_forward_hook(hook) for m in leaves]
+            try:
+                with torch.no_grad():
+                    self.module(x)
+            except Exception:  # noqa: BLE001 (a module that runs only through an overridden forward/loss:
+                total = total[:1]  # the input's bytes are the estimate)
+            finally:
+                for h in hooks:
+                    h.remove()
+            self._activation_bytes[key] = int(sum(total))
+        return self._activation_bytes[key]

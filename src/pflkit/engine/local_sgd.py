@@ -11,7 +11,8 @@ from torch import Tensor
 
 from ..data.federated import FederatedDataset
 from .functional import FunctionalModel
-from .params import Params, num_models, scale_like, take
+from .full_batch import over_buckets, rows_per_call
+from .params import Params, num_models, scale_like
 
 
 def expand_schedule(clients: Tensor, steps: int) -> Tensor:
@@ -55,9 +56,10 @@ def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, cl
     (PERM-hetero, partial-training FedAvg; ``models.width``).
 
     ``batch_size=None`` uses each client's whole train split at every step (exact local GD, over the
-    real rows: one masked call per size bucket, ``over_buckets``); no random draws are made then, and
-    dropout layers stay off. Minibatch steps run a model's dropout
-    layers (``FunctionalModel.train_grad``) with one mask seed per step drawn from ``generator``.
+    real rows: masked calls per size bucket, of bounded rows, ``engine.full_batch``); no random draws are
+    made then, and dropout layers stay off. Minibatch steps run a model's dropout layers
+    (``FunctionalModel.train_grad``) with one mask seed per step drawn from ``generator``; plain SGD
+    steps of a dense stacked network run all K at once (``FunctionalModel.sgd_steps``).
     Returns the new parameters and the minibatch losses [steps, N] (before each step). With
     ``grad_weights`` (theta, shape [steps, 1] or [steps, N]) it also returns sum_s theta_s g_s per model
     as a third value (LocalUpdate's client output). ``lr`` and ``grad_weights`` take the shapes of
@@ -80,6 +82,15 @@ def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, cl
     dropout = bool(getattr(model, "dropout", False)) and not full
     if dropout:  # one seed per step for the dropout masks, drawn after the minibatches
         seeds = torch.randint(0, 2**62, (steps,), generator=generator, device=generator.device).tolist()
+    # plain SGD on graph-free tensors: the model applies the step itself (engine.stacked folds it into
+    # the weight-gradient matmul, and runs all K steps in one call where it can); prox, grad_weights,
+    # masks, dropout or differentiable inputs take the general path
+    fused = (not prox and grad_weights is None and masks is None and not dropout and hasattr(model, "sgd_step_")
+             and not (torch.is_grad_enabled() and any(p.requires_grad for p in params.values())))
+    if fused and not full and steps and hasattr(model, "sgd_steps"):
+        got = model.sgd_steps(params, data, idx, lrs)
+        if got is not None:
+            return got
     losses = torch.empty(steps, n, device=data.device)
     names = list(params)
     # one working copy, updated in place with fused multi-tensor ops (the caller's tensors are untouched)
@@ -91,14 +102,11 @@ def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, cl
     if grad_weights is not None:
         theta = expand_lr(grad_weights, steps, n, data.device)
         acc = [torch.zeros_like(p) for p in cur]
-    # plain SGD on graph-free tensors: the model applies the step itself (engine.stacked folds it into
-    # the weight-gradient matmul); prox, grad_weights or differentiable inputs take the general path
-    fused = (not prox and acc is None and mask_list is None and not dropout and hasattr(model, "sgd_step_")
-             and not (torch.is_grad_enabled() and any(p.requires_grad for p in cur)))
+    per_call = rows_per_call(model, data) if full else None  # full-batch rows per call (memory)
     for s in range(steps):
         stacked = dict(zip(names, cur if mask_list is None else torch._foreach_mul(cur, mask_list)))
         if full:
-            grads, loss = over_buckets(model.batched_full_grad, stacked, data, "train", schedule[s])
+            grads, loss = over_buckets(model.batched_full_grad, stacked, data, "train", schedule[s], rows=per_call)
         else:
             rows = idx[s].reshape(-1)
             x = data.x_train.index_select(0, rows).reshape(*idx.shape[1:], *data.x_train.shape[1:])
@@ -126,58 +134,3 @@ def _per_model(values: Tensor, dims: list[int], like: list[Tensor]) -> list[Tens
     """A per-model vector [n] viewed to broadcast against each stacked tensor [n, ..]."""
     views = {d: scale_like(values, torch.empty((0,) * d)) for d in dims}
     return [views[p.dim()] for p in like]
-
-
-def full_gradients(model: FunctionalModel, params: Params, data: FederatedDataset,
-                   split: str = "train") -> tuple[Params, Tensor]:
-    """Exact gradient of f_j at model j's parameters for every client j (params stacked [N, ..]).
-
-    Runs over the real rows only (up to size-bucket padding, ``over_buckets``)."""
-    return over_buckets(model.batched_full_grad, params, data, split)
-
-
-def over_buckets(fn, params: Params, data: FederatedDataset, split: str, clients: Tensor | None = None,
-                 chunk: int | None = None):
-    """``fn(params_b, x_b, y_b, mask_b)`` for every model on its client's whole ``split``, one call per size
-    bucket (``FederatedDataset.size_buckets``) instead of one call padded to the largest client.
-
-    Model i sits on client ``clients[i]`` (default: model j on client j). ``fn`` is a masked batched call
-    (``batched_full_grad``, ``batched_stats``) returning a tuple of tensors [n_b, ..] or dicts of them;
-    the results come back in model order, as one call over all models would return them. ``chunk``
-    caps the models per call (memory). Per-model results are exact: a model sees its client's rows,
-    masked, so only the summation order can differ from a call padded to another width."""
-    n = num_models(params)
-    buckets, where = data.size_buckets(split)
-    clients = torch.arange(n) if clients is None else torch.as_tensor(clients, dtype=torch.long).cpu()
-    if clients.shape != (n,):
-        raise ValueError(f"clients must assign one client to each of the {n} models, got {tuple(clients.shape)}")
-    chunk = n if chunk is None else int(chunk)
-    dev = data.device
-    b_of, r_of = where[clients, 0], where[clients, 1]
-    order, parts = [], []
-    for b, bucket in enumerate(buckets):
-        pos = (b_of == b).nonzero().squeeze(1)
-        if pos.numel() == 0:
-            continue
-        rows = r_of[pos]
-        for a in range(0, pos.numel(), chunk):
-            p, r = pos[a:a + chunk], rows[a:a + chunk]
-            if r.numel() == bucket.clients.numel() and bool((r == torch.arange(r.numel())).all()):
-                x, y, m = bucket.x, bucket.y, bucket.mask  # the whole bucket in order: no copy
-            else:
-                rd = r.to(dev)
-                x, y, m = bucket.x[rd], bucket.y[rd], bucket.mask[rd]
-            whole = p.numel() == n  # then p is 0..n-1 in order (clients in one bucket, increasing rows)
-            parts.append(fn(params if whole else take(params, p.to(dev)), x, y, m))
-            order.append(p)
-    if len(parts) == 1 and bool((order[0] == torch.arange(n)).all()):
-        return parts[0]
-    inv = torch.argsort(torch.cat(order)).to(dev)
-    return tuple(_gather_back([part[i] for part in parts], inv) for i in range(len(parts[0])))
-
-
-def _gather_back(pieces: list, inv: Tensor):
-    """Concatenate per-bucket results along the model dimension and put them back in model order."""
-    if isinstance(pieces[0], dict):
-        return {k: torch.cat([p[k] for p in pieces]).index_select(0, inv) for k in pieces[0]}
-    return torch.cat(pieces).index_select(0, inv)

@@ -29,6 +29,18 @@ def project_simplex_bisection(v: torch.Tensor, iters: int = 200) -> torch.Tensor
     return (v - 0.5 * (lo + hi)).clamp_min(0)
 
 
+def project_simplex_sort(v: torch.Tensor) -> torch.Tensor:
+    """The sort-based projection of every row (Duchi et al. 2008) in torch ops only, as pflkit computed it
+    before ``algorithms.perm.project_simplex`` had numpy sort the rows (which must agree bit for bit)."""
+    u, _ = v.sort(1, descending=True)
+    css = u.cumsum(1) - 1.0
+    ks = torch.arange(1, v.shape[1] + 1, device=v.device, dtype=v.dtype)
+    cond = u - css / ks > 0
+    rho = cond.sum(1, keepdim=True) - 1
+    theta = css.gather(1, rho) / (rho + 1).to(v.dtype)
+    return (v - theta).clamp_min(0.0)
+
+
 def shuffle_round(factory, v: dict, data: FederatedDataset, alpha: torch.Tensor, sigma: torch.Tensor, step: int,
                   local_steps: int, lr: float, batch_size: int, generator: torch.Generator) -> dict:
     """Alg. 1, one shuffle step, model by model: model i on client sigma[(i + step) % N]."""
