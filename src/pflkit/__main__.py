@@ -1,4 +1,4 @@
-"""Command line: ``python -m pflkit {data,stage,reproduce,validate,tune,flower,notebooks} ...``."""
+"""Command line: ``python -m pflkit {data,stage,reproduce,validate,tune,notebooks} ...``."""
 from __future__ import annotations
 
 import argparse
@@ -42,17 +42,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--profile", default="default", help="params.yaml profile of the stage's values "
                                                           "(default: the section as written; smoke: a quick try)")
-
-    p = sub.add_parser("flower", help="the flower_equivalence stage's methods in-process and on one of Flower's "
-                                      "engines, side by side (needs pip install -e '.[flower]')")
-    p.add_argument("engine", choices=["simulate", "deploy"], help="simulate: Flower's simulation engine (Ray); "
-                   "deploy: a SuperLink and one SuperNode per client as local processes")
-    p.add_argument("--profile", default="default", help="params.yaml profile of the flower_equivalence section "
-                                                          "(default: as written; smoke: 3 clients, 2 rounds)")
-    p.add_argument("--clients", type=int, default=None, help="number of clients (default: the section's)")
-    p.add_argument("--rounds", type=int, default=None, help="communication rounds (default: the section's)")
-    p.add_argument("--methods", default=None, help="comma-separated method keys (default: the section's)")
-    p.add_argument("--params", default="params.yaml")
 
     p = sub.add_parser("notebooks", help="notebook twins: refresh (py -> executed ipynb) or check")
     p.add_argument("action", choices=["refresh", "check"])
@@ -118,10 +107,6 @@ def main(argv: list[str] | None = None) -> int:
                       "stage has a section; pass --dvc)")
             else:
                 print(f"{args.params}: every section is valid, and every stage of {dvc} has one")
-        elif args.command == "flower":
-            from .experiments.flower import command
-            return command(args.engine, args.profile, args.params, clients=args.clients, rounds=args.rounds,
-                           methods=args.methods.split(",") if args.methods else None)
         elif args.command == "notebooks":
             from pathlib import Path
 

@@ -221,7 +221,7 @@ def timing_table(timings: list[dict]) -> pd.DataFrame:
 
 def command(engine: str, profile: str = "default", params: str = "params.yaml", *, clients: int | None = None,
             rounds: int | None = None, methods: list[str] | None = None) -> int:
-    """``python -m pflkit flower {simulate,deploy}``: the flower_equivalence section (``profile``, with the
+    """``python -m pflkit.flower {simulate,deploy}``: the flower_equivalence section (``profile``, with the
     overrides) in-process, as the one-process protocol and on one Flower engine; prints the final table,
     the verdicts and the seconds per round. Exit status 0 when the engine reproduces in-process within
     the tolerance, 1 when it does not, 2 when Flower is missing."""
