@@ -281,10 +281,16 @@ def shorten(text: str, limit: int = 300) -> str:
 
 
 def save_checkpoint(path, obj) -> Path:
-    """``torch.save`` atomically (temp file + rename): a killed process never leaves half a file."""
+    """``torch.save`` atomically (temp file + rename): a killed process never leaves half a file. The archive is
+    built in memory first, so its bytes do not depend on the (temporary) file's name: the same ``obj`` gives the
+    same file (a saved model keeps its DVC hash)."""
+    import io as _io
+
     import torch
+    buf = _io.BytesIO()
+    torch.save(obj, buf)
     with atomic_path(path) as tmp:
-        torch.save(obj, tmp)
+        tmp.write_bytes(buf.getvalue())
     return Path(path)
 
 

@@ -15,13 +15,13 @@ stage's smoke configuration).
 """
 from __future__ import annotations
 
-import io as _io
 import json
 import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from .io import CheckpointError, atomic_path, load_checkpoint, state_from_payload, state_to_payload, write_json
+from .io import (CheckpointError, load_checkpoint, save_checkpoint, state_from_payload, state_to_payload,
+                 write_json)
 
 FORMAT = "pflkit-model-1"
 INDEX = "index.json"
@@ -34,10 +34,10 @@ def models_dir_of(results_dir: str, stage: str) -> str:
     return f"models/{stage}" if results_dir == f"results/{stage}" else f"{results_dir}/models"
 
 
-def models_dir(cfg) -> Path:
-    """A stage config's models folder (``models_dir_of``), resolved in the project."""
+def models_dir(cfg, folder: str | Path | None = None) -> Path:
+    """``folder`` when given, else the stage config's models folder (``models_dir_of``); resolved in the project."""
     from .paths import resolve
-    return resolve(models_dir_of(cfg.results_dir, cfg.stage))
+    return resolve(models_dir_of(cfg.results_dir, cfg.stage) if folder is None else folder)
 
 
 def slug(text: str) -> str:
@@ -48,16 +48,6 @@ def file_name(method: str, seed: int) -> str:
     return f"{slug(method)}__seed{seed}.pt"
 
 
-def save_payload(path: str | Path, payload: Mapping[str, Any]) -> Path:
-    """``torch.save`` into memory (so the bytes do not depend on the file's name), then one atomic write."""
-    import torch
-    buf = _io.BytesIO()
-    torch.save(dict(payload), buf)
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(buf.getvalue())
-    return Path(path)
-
-
 def save_state(folder: str | Path, stage: str, method: str, seed: int, state, *, config: Mapping | None = None,
                data_digest: str | None = None, metrics: Mapping | None = None, extra: Mapping | None = None) -> Path:
     """Save one run's final ``state`` (an algorithm state dataclass) as ``<folder>/<method>__seed<s>.pt``."""
@@ -65,7 +55,7 @@ def save_state(folder: str | Path, stage: str, method: str, seed: int, state, *,
                "round": int(getattr(state, "round", 0)), "data_digest": data_digest,
                "config": json.dumps(config or {}, sort_keys=True, default=str),
                "metrics": dict(metrics or {}), "state": state_to_payload(state), "extra": dict(extra or {})}
-    return save_payload(Path(folder) / file_name(method, seed), payload)
+    return save_checkpoint(Path(folder) / file_name(method, seed), payload)
 
 
 def save_tensors(folder: str | Path, stage: str, name: str, tensors: Mapping[str, Any], *,
@@ -76,7 +66,7 @@ def save_tensors(folder: str | Path, stage: str, name: str, tensors: Mapping[str
     payload = {"format": FORMAT, "stage": stage, "name": name, "config": json.dumps(config or {}, sort_keys=True,
                                                                                    default=str),
                "metrics": dict(metrics or {}), "tensors": encode_value(dict(tensors), name)}
-    return save_payload(Path(folder) / f"{slug(name)}.pt", payload)
+    return save_checkpoint(Path(folder) / f"{slug(name)}.pt", payload)
 
 
 def write_index(folder: str | Path, stage: str, config: Mapping | None = None) -> Path:

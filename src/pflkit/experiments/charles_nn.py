@@ -630,12 +630,6 @@ def final_evaluations(history: pd.DataFrame) -> pd.DataFrame:
     return _sorted_final(history.loc[history["round"] == last])
 
 
-def _models_folder(cfg: NNConfig, folder) -> Path:
-    from .. import model_store
-    from ..paths import resolve
-    return model_store.models_dir(cfg) if folder is None else resolve(folder)
-
-
 def save_models(cfg: NNConfig, result: StageResult, folder=None) -> list[Path]:
     """Every setting's final model, stacked per task, as ``<folder>/<task>.pt`` (``model_store.save_tensors``,
     weights-only loading): ``params`` (name -> tensor [G, ...], in the grid's setting order), ``settings`` (each
@@ -645,7 +639,7 @@ def save_models(cfg: NNConfig, result: StageResult, folder=None) -> list[Path]:
     evaluation as the run recorded it (``final``). Plus ``index.json``. Default folder: the stage's models
     folder (``model_store.models_dir``)."""
     from .. import model_store
-    folder = _models_folder(cfg, folder)
+    folder = model_store.models_dir(cfg, folder)
     config = cfg.model_dump()
     written = []
     for task, saved in result.models.items():
@@ -663,7 +657,7 @@ def save_models(cfg: NNConfig, result: StageResult, folder=None) -> list[Path]:
 def saved_recorded(cfg: NNConfig, folder=None) -> pd.DataFrame:
     """The last evaluations the run recorded, as saved beside its models (``final_evaluations``' layout)."""
     from .. import model_store
-    folder = _models_folder(cfg, folder)
+    folder = model_store.models_dir(cfg, folder)
     frames = [pd.DataFrame(model_store.load(folder / f"{model_store.slug(task)}.pt")["metrics"]["final"]).assign(
         task=task) for task in cfg.tasks]
     return _sorted_final(pd.concat(frames, ignore_index=True))
@@ -678,7 +672,7 @@ def saved_final(cfg: NNConfig, folder=None) -> pd.DataFrame:
     from .. import model_store
     from ..io import CheckpointError
     from ..runner import data_digest
-    folder = _models_folder(cfg, folder)
+    folder = model_store.models_dir(cfg, folder)
     rows = []
     for task, t in cfg.tasks.items():
         saved = model_store.tensors(folder / f"{model_store.slug(task)}.pt")

@@ -292,7 +292,7 @@ def save_models(cfg: StageConfig, result: StageResult, folder=None) -> list:
     with its config, the digest of its federation and its final metrics (``pflkit.model_store``)."""
     from .. import model_store
     from ..runner import data_digest
-    folder = model_store.models_dir(cfg) if folder is None else resolve(folder)
+    folder = model_store.models_dir(cfg, folder)
     history = result.history
     written = []
     for (method, seed), state in sorted(result.states.items(), key=lambda kv: (kv[0][1], kv[0][0])):
@@ -310,7 +310,7 @@ def saved_final(cfg: RunConfig, folder=None) -> pd.DataFrame:
     :func:`save_models`, re-evaluated from the saved states alone: the stage's recorded numbers, exactly."""
     from .. import model_store
     from ..eval import evaluate
-    folder = model_store.models_dir(cfg) if folder is None else resolve(folder)
+    folder = model_store.models_dir(cfg, folder)
     factory, data_for_seed, _, _ = curve_setup(cfg)
     device = resolve_device(cfg.device)
     model = FunctionalModel(factory, device)
@@ -455,7 +455,7 @@ def fig6_frames(result: StageResult) -> "pd.DataFrame":
 def save_fig6_models(cfg: PermFig6Config, result: StageResult, folder=None) -> list:
     """Each panel's FedAvg model w^R and the alpha computed at it (``pflkit.model_store``)."""
     from .. import model_store
-    folder = model_store.models_dir(cfg) if folder is None else resolve(folder)
+    folder = model_store.models_dir(cfg, folder)
     written = [model_store.save_tensors(folder, cfg.stage, panel, {"w": p.w, "alpha": p.alpha},
                                         config=cfg.model_dump(), metrics=p.summary)
                for panel, p in result.panels.items()]
@@ -468,7 +468,7 @@ def saved_fig6(cfg: PermFig6Config, folder=None) -> pd.DataFrame:
     panel's federation, summarized as the stage summarizes it."""
     from .. import model_store
     from ..algorithms.perm import mixing_weights
-    folder = model_store.models_dir(cfg) if folder is None else resolve(folder)
+    folder = model_store.models_dir(cfg, folder)
     _, model, federation = _fig6_setup(cfg)
     rows = {}
     for panel in cfg.schemes:
@@ -555,7 +555,7 @@ def _convergence_rows(cfg: PermAlphaConvergenceConfig, model, data: FederatedDat
 def save_convergence_models(cfg: PermAlphaConvergenceConfig, result: StageResult, folder=None) -> list:
     """Per seed, the FedAvg models w^R at every checkpoint R and w* (``pflkit.model_store``)."""
     from .. import model_store
-    folder = model_store.models_dir(cfg) if folder is None else resolve(folder)
+    folder = model_store.models_dir(cfg, folder)
     written = []
     for seed, (snapshots, w_star) in result.snapshots.items():
         tensors = {f"R{r}": w for r, w in sorted(snapshots.items())} | {"optimum": w_star}
@@ -567,7 +567,7 @@ def save_convergence_models(cfg: PermAlphaConvergenceConfig, result: StageResult
 def saved_convergence(cfg: PermAlphaConvergenceConfig, folder=None) -> pd.DataFrame:
     """The Theorem 1 rows (``convergence``) recomputed from the saved models alone."""
     from .. import model_store
-    folder = model_store.models_dir(cfg) if folder is None else resolve(folder)
+    folder = model_store.models_dir(cfg, folder)
     device = resolve_device(cfg.device)
     model = FunctionalModel(lambda: logistic((cfg.dim,), 2), device)
     rows = []
@@ -813,7 +813,7 @@ def fig3(cfg: PermFig3Config) -> StageResult:
         for workload in cfg.workloads:
             if workload == "synthetic-logistic":
                 data = cfg.synthetic(0)
-                factory = lambda: logistic((60,), 2)  # noqa: E731
+                factory = lambda: logistic((cfg.dim,), 2)  # noqa: E731
             else:
                 img = load_images(DatasetSection(name="mnist", allow_download=False))
                 data = federate(img, cfg.num_clients, "iid", seed=0)

@@ -32,7 +32,6 @@ from ..config import (PositiveInt, Seed, Seeds, StageConfig, image_partition_pro
 from ..engine import FunctionalModel, resolve_device
 from ..eval import evaluate
 from ..models.width import EXTRACTIONS, masks_for, mlp_spec, num_parameters
-from ..paths import resolve
 from ..report import environment
 from ..runner import run_methods
 from .images import DatasetSection, dataset_record, image_federation, load_images
@@ -268,7 +267,7 @@ def save_models(cfg: PermHeteroConfig, result: StageResult, folder=None) -> list
     """Every run's final state (method x seed; the masks are the method's, rebuilt from the config)."""
     from .. import model_store
     from ..runner import data_digest
-    folder = model_store.models_dir(cfg) if folder is None else resolve(folder)
+    folder = model_store.models_dir(cfg, folder)
     written = [model_store.save_state(folder, cfg.stage, method, seed, state, config=cfg.model_dump(),
                                       data_digest=data_digest(state.data))
                for (method, seed), state in sorted(result.states.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
@@ -279,7 +278,7 @@ def save_models(cfg: PermHeteroConfig, result: StageResult, folder=None) -> list
 def saved_groups(cfg: PermHeteroConfig, folder=None) -> pd.DataFrame:
     """The per-budget-group accuracy table of the trained methods, from the saved states alone."""
     from .. import model_store
-    folder = model_store.models_dir(cfg) if folder is None else resolve(folder)
+    folder = model_store.models_dir(cfg, folder)
     _, _, model, fractions, methods, data_for_seed = _setup(cfg)
     saved = model_store.saved_runs(folder)
     states = {(name, seed): model_store.restore(methods[name](), data_for_seed(seed), saved[(name, seed)])
