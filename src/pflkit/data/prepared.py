@@ -36,7 +36,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..config import REQUIRE_PREPARED_ENV
-from .vision import (DatasetUnavailableError, ImageData, SOURCES, Writers, canonical_name, load_dataset)
+from .vision import (DatasetUnavailableError, ImageData, SOURCES, Writers, canonical_name, file_digest,
+                     load_dataset)
 
 PREPARED = "data/prepared"
 MANIFEST = "manifest.json"
@@ -111,14 +112,6 @@ def _npy_bytes(array: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _files_digest(location: str) -> list[dict]:
     """SHA-256 and size of each source file at ``location`` (a file, or every file under a folder)."""
     path = Path(location.split(";")[0].strip())
@@ -128,7 +121,7 @@ def _files_digest(location: str) -> list[dict]:
         files = sorted(p for p in path.rglob("*") if p.is_file())
     else:
         return []
-    return [{"path": str(p), "sha256": sha256_of(p), "bytes": p.stat().st_size} for p in files]
+    return [{"path": str(p), "sha256": file_digest(p, "sha256"), "bytes": p.stat().st_size} for p in files]
 
 
 def write_folder(folder: Path, arrays: dict[str, np.ndarray], manifest: dict) -> Path:
