@@ -7,16 +7,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pflkit.data import FederatedDataset
 from pflkit.data.quadratic_clients import QuadraticModel
 from pflkit.engine import FunctionalModel, broadcast, full_gradients, full_gradients_at, local_sgd, make_generator
 from pflkit.engine import full_batch, stacked
 from pflkit.engine.full_batch import over_buckets, rows_per_call
 from pflkit.eval import evaluate
 from pflkit.models import cnn, logistic, mlp
+from uneven_federation import uneven
 
-TRAIN = (3, 40, 7, 300, 17)
-TEST = (5, 2, 60, 9, 33)
 TOL = dict(rtol=1e-5, atol=1e-5)
 
 MODELS = {
@@ -29,16 +27,6 @@ MODELS = {
     "cnn-stacked": (lambda: cnn((1, 6, 6), 3, channels=(2, 3), hidden=4), (1, 6, 6), {"stacked": "all"}),  # autograd
 }
 DENSE = ("logistic", "mlp", "relu-input")
-
-
-def _uneven(shape=(6,), classes=3, seed=0) -> FederatedDataset:
-    g = torch.Generator().manual_seed(seed)
-
-    def client(n):
-        return torch.randn(n, *shape, generator=g), torch.randint(0, classes, (n,), generator=g)
-
-    return FederatedDataset.from_client_arrays([client(n) for n in TRAIN], [client(n) for n in TEST], classes,
-                                               "uneven")
 
 
 def _params(model, n, seed=1):
@@ -55,7 +43,7 @@ def _close(a, b, tol=TOL):
 
 
 def test_rows_per_call_from_the_models_activations():
-    data = _uneven()
+    data = uneven()
     model = FunctionalModel(MODELS["logistic"][0])
     # input 6 floats + logits 3 floats (Flatten's output is a view of the input: not counted again)
     assert model.activation_bytes((6,)) == (6 + 3) * 4
@@ -65,7 +53,7 @@ def test_rows_per_call_from_the_models_activations():
     assert rows_per_call(model, data) == full_batch.FULL_BATCH_BYTES // (36 * full_batch.ROW_BYTES_FACTOR)
     m = FunctionalModel(MODELS["mlp"][0])
     assert m.activation_bytes((6,)) == (6 + 8 + 8 + 5 + 5 + 3) * 4  # ReLUs write new tensors
-    assert rows_per_call(QuadraticModel(3), _uneven((12,)), budget=12 * 4 * full_batch.ROW_BYTES_FACTOR * 3) == 3
+    assert rows_per_call(QuadraticModel(3), uneven((12,)), budget=12 * 4 * full_batch.ROW_BYTES_FACTOR * 3) == 3
     for bad in (0, -5, 1.5, True, "1GB"):
         with pytest.raises(ValueError, match="budget must be a positive number of bytes"):
             rows_per_call(model, data, budget=bad)
@@ -77,7 +65,7 @@ def test_bounded_rows_equal_one_call(name, rows):
     """Column slices (a client's rows in several calls, each told the client's whole count) and fewer
     models per call give the results of one unbounded call per bucket."""
     factory, shape, kw = MODELS[name]
-    data = _uneven(shape)
+    data = uneven(shape)
     model = FunctionalModel(factory, **kw)
     clients = torch.tensor([4, 3, 0, 3, 1, 2, 0])
     params = _params(model, len(clients))
@@ -90,7 +78,7 @@ def test_bounded_rows_equal_one_call(name, rows):
 
 def test_budget_bounds_full_gradients_evaluation_and_full_batch_steps(monkeypatch):
     factory, shape, _ = MODELS["mlp"]
-    data = _uneven(shape)
+    data = uneven(shape)
     model = FunctionalModel(factory)
     n = data.num_clients
     params = _params(model, n)
@@ -138,7 +126,7 @@ def test_full_gradients_at_equal_the_per_client_reference(name, budget_rows, row
     if not rows_copy:
         monkeypatch.setattr(stacked, "ROWS_COPY_BYTES", 0)
     factory, shape, kw = MODELS[name]
-    data = _uneven(shape)
+    data = uneven(shape)
     model = FunctionalModel(factory, **kw)
     w = {k: v[0] for k, v in _params(model, 1, seed=4).items()}
     budget = None if budget_rows is None else budget_rows * full_batch.ROW_BYTES_FACTOR * model.activation_bytes(shape)
@@ -157,7 +145,7 @@ def test_full_gradients_at_equal_the_per_client_reference(name, budget_rows, row
 @pytest.mark.parametrize("name", ["mlp-vmap", "cnn"])
 def test_full_gradients_at_other_models_broadcast_w(name):
     factory, shape, kw = MODELS[name]
-    data = _uneven(shape)
+    data = uneven(shape)
     model = FunctionalModel(factory, **kw)
     w = {k: v[0] for k, v in _params(model, 1, seed=4).items()}
     got = full_gradients_at(model, w, data)

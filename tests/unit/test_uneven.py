@@ -19,9 +19,8 @@ from pflkit.engine.full_batch import over_buckets
 from pflkit.engine.params import take
 from pflkit.eval import evaluate, majority_baseline
 from pflkit.models import cnn, logistic, mlp
+from uneven_federation import TEST, TRAIN, uneven
 
-TRAIN = (3, 40, 7, 300, 17)
-TEST = (5, 2, 60, 9, 33)
 TOL = dict(rtol=1e-5, atol=1e-5)
 
 
@@ -31,16 +30,6 @@ def slack(request, monkeypatch):
     if request.param == "no-slack":
         monkeypatch.setattr(federated, "BUCKET_SLACK_ROWS", 0)
     return request.param
-
-
-def _uneven(shape=(6,), classes=3, seed=0) -> FederatedDataset:
-    g = torch.Generator().manual_seed(seed)
-
-    def client(n):
-        return torch.randn(n, *shape, generator=g), torch.randint(0, classes, (n,), generator=g)
-
-    return FederatedDataset.from_client_arrays([client(n) for n in TRAIN], [client(n) for n in TEST], classes,
-                                               "uneven")
 
 
 MODELS = {
@@ -69,7 +58,7 @@ def _ref_client(model, params, j, x, y):
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_evaluate_and_full_gradients_equal_per_client_loop_and_padded(name, slack):
     factory, shape, kw = MODELS[name]
-    data = _uneven(shape)
+    data = uneven(shape)
     model = FunctionalModel(factory, **kw)
     n = data.num_clients
     params = _params(model, n)
@@ -101,7 +90,7 @@ def test_evaluate_and_full_gradients_equal_per_client_loop_and_padded(name, slac
 def test_full_batch_local_sgd_moves_models_between_uneven_clients(slack):
     """batch_size=None with a [steps, N] schedule (models change client, several on one client)."""
     factory, shape, _ = MODELS["logistic"]
-    data = _uneven(shape)
+    data = uneven(shape)
     model = FunctionalModel(factory)
     n, steps, lr = 6, 3, 0.4
     schedule = torch.tensor([[0, 3, 3, 1, 4, 2], [3, 3, 0, 2, 1, 4], [2, 1, 4, 0, 3, 3]])
@@ -155,7 +144,7 @@ def test_quadratic_model_full_gradients_and_stats_over_real_rows(slack):
 
 
 def test_majority_baseline_without_padding():
-    data = _uneven()
+    data = uneven()
     got = majority_baseline(data)
     assert data._padded == {}
     majority = data.label_counts("train").argmax(1)
@@ -171,7 +160,7 @@ def test_size_buckets_bound_the_padding(slack):
     for n in sizes.tolist():
         w = bucket_width(n)
         assert n <= w <= max(16, 1.25 * n + 1)
-    data = _uneven()
+    data = uneven()
     buckets, where = data.size_buckets("train")
     widths = [b.width for b in buckets]
     assert widths == sorted(set(widths))
@@ -199,7 +188,7 @@ def test_size_buckets_bound_the_padding(slack):
 
 def test_over_buckets_chunks_and_orders_like_one_call(slack):
     factory, shape, _ = MODELS["logistic"]
-    data = _uneven(shape)
+    data = uneven(shape)
     model = FunctionalModel(factory)
     clients = torch.tensor([4, 3, 0, 3, 1, 2, 0])
     params = _params(model, len(clients))
