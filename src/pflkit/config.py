@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Mapping
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from . import stages as _stages
 from .device import DEVICES
@@ -112,13 +112,38 @@ def numbers(allowed: str) -> Any:
     return Annotated[list[float], AfterValidator(check)]
 
 
-#: a seed: numpy and torch generators take integers >= 0
-Seed = Annotated[int, Field(ge=0)]
+#: the largest seed: numpy's and torch's generators take any integer >= 0 up to 2**64 - 1, and the derived
+#: streams (``pflkit.seeds``: e.g. 1_000_003 * (seed + 1) + round) must stay below 2**63 (torch's int64)
+SEED_MAX = 2**32 - 1
+#: a seed: an integer in 0..SEED_MAX
+Seed = Annotated[int, Field(ge=0, le=SEED_MAX)]
 #: the seeds a stage repeats its runs over: at least one, none repeated
 Seeds = Annotated[list[Seed], Field(min_length=1), AfterValidator(unique)]
 Positives, NonNegatives = numbers("> 0"), numbers(">= 0")
 #: a count or width (hidden units, channels, checkpoints): an integer >= 1
 PositiveInt = Annotated[int, Field(ge=1)]
+#: the largest magnitude of a scale in the closed forms and simulations (noise sigma, heterogeneity zeta,
+#: starting point x0): their squares and products (sigma^2 / eta, zeta^2 x ...) must stay finite in float64
+SCALE_MAX = 1e100
+#: the largest condition number L / mu of a quadratic whose systems are solved (float64 keeps about
+#: 16 - log10(kappa) digits: above 1e8 fewer than 8)
+CONDITION_MAX = 1e8
+
+
+def project_path(v: str) -> str:
+    """A path setting: relative, inside the project (no '..' part, not absolute), each part a legal file name
+    (at most 255 bytes): a stage reads or writes only inside the project."""
+    from pathlib import PurePosixPath
+    path = PurePosixPath(v)
+    if not v or path.is_absolute() or ".." in path.parts or "\\" in v:
+        raise ValueError(f"must be a relative path inside the project (no '..', not absolute), got {short_repr(v)}")
+    long = [p for p in path.parts if len(p.encode()) > 255]
+    if long:
+        raise ValueError(f"has a part longer than 255 bytes (the file system's limit): {short_repr(long[0])}")
+    return v
+
+
+ProjectPath = Annotated[str, AfterValidator(project_path)]
 
 
 class StageConfig(BaseModel):
@@ -145,9 +170,32 @@ class StageConfig(BaseModel):
     def _device(cls, v: str) -> str:
         from .device import resolve_device
         if v not in DEVICES and not v.startswith("cuda:"):
-            raise ValueError(f"must be one of {DEVICES} (or cuda:N), got {v!r}")
+            raise ValueError(f"must be one of {DEVICES} (or cuda:N), got {short_repr(v)}")
         resolve_device(v)  # cuda without a GPU is an error now, not mid-run
         return v
+
+    def memory_estimate(self) -> tuple[int, str]:
+        """(bytes, key): a lower estimate of the memory the stage's data and models take at once, and the
+        key that drives it most (named in the error when it does not fit). 0: small whatever the values.
+        Stage configs whose sizes come from params.yaml override it (``fits_machine`` checks it)."""
+        return 0, ""
+
+    @model_validator(mode="after")
+    def _fits_machine(self):
+        """Limits of the machine the config is validated on, checked before any work: threads within
+        its CPU cores, the stage's memory estimate within the memory free now."""
+        problems = []
+        cores = cpu_cores()
+        if self.threads != "auto" and self.threads > cores:
+            problems.append(("threads", f"{self.threads} exceeds the {cores} CPU cores this process may use; "
+                                        f"allowed: 1..{cores} or 'auto'"))
+        need, key = self.memory_estimate()
+        free = available_memory()
+        if free is not None and need > free:
+            problems.append((key, f"the stage would need at least {gib(need)} of memory for its data and models "
+                                  f"(estimate), more than the {gib(free)} free on this machine; lower it"))
+        raise_problems(problems)
+        return self
 
     @classmethod
     def build(cls, values: Mapping[str, Any]) -> "StageConfig":
@@ -182,6 +230,57 @@ class StageConfig(BaseModel):
         return cfg
 
 
+def cpu_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def available_memory() -> int | None:
+    """Bytes of memory free for a new process now (Linux: MemAvailable), or None when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def federated_memory(num_clients: int, local_steps: int, batch_size: int, features: int,
+                     hidden: tuple[int, ...] = (), classes: int = 10) -> tuple[int, str]:
+    """(bytes, key) estimate of a federated run's working set: every client's K minibatches gathered at once
+    (int64 indices and float32 rows: the K-step client update), and N models of a dense network of widths
+    features -> hidden -> classes with their gradients and local copies (4 float32 copies); the key is the
+    value that drives the larger part."""
+    widths = [features, *hidden, classes]
+    params = sum(a * b + b for a, b in zip(widths, widths[1:]))
+    batches = num_clients * local_steps * batch_size * (8 + 4 * features)
+    models = num_clients * params * 16
+    if models > batches:
+        key = "hidden" if hidden and max(hidden) > num_clients else "num_clients"
+    else:
+        sizes = {"num_clients": num_clients, "local_steps": local_steps, "batch_size": batch_size}
+        key = max(sizes, key=sizes.get)
+    return batches + models, key
+
+
+def image_features(name: str) -> int:
+    """Values per example of image dataset ``name`` (C x H x W)."""
+    from .data.vision import SOURCES, canonical_name
+    return math.prod(SOURCES[canonical_name(name)].shape)
+
+
+def gib(nbytes: int) -> str:
+    return f"{nbytes / 2**30:,.1f} GiB" if nbytes < 2**70 else f"about 2^{nbytes.bit_length() - 1} bytes"
+
+
 #: threads used by ``threads: auto`` when OMP_NUM_THREADS is not set. One thread, by measurement
 #: (benchmarks/threads.py, results in benchmarks/results/threads.json): the stages run thousands of
 #: small batched ops, where a second OpenMP thread gains little on a quiet machine and, when another
@@ -204,8 +303,36 @@ ECHO_LIMIT = 80
 
 def short_repr(value, limit: int = ECHO_LIMIT) -> str:
     """``repr(value)``, cut to ``limit`` characters with a note of the full length."""
-    text = repr(value)
+    return cut(repr(value), limit)
+
+
+def cut(text: str, limit: int = ECHO_LIMIT) -> str:
     return text if len(text) <= limit else f"{text[:limit - 3]}... ({len(text)} characters)"
+
+
+#: longest key name echoed (a key is a params.yaml mapping key: a typo can be a whole paragraph)
+KEY_LIMIT = 40
+#: longest line of a message; a longer one (a long list of allowed values, a long value inside a
+#: validator's own text) has its long words cut to ECHO_LIMIT, then the line to LINE_LIMIT
+LINE_LIMIT = 600
+
+
+def short_key(key) -> str:
+    return cut(str(key), KEY_LIMIT)
+
+
+def clip_line(line: str) -> str:
+    """One problem line at a readable length: every run of non-blank characters longer than ECHO_LIMIT
+    is cut (with its length noted), then the line itself to LINE_LIMIT."""
+    line = re.sub(r"\S{%d,}" % (ECHO_LIMIT + 1), lambda m: cut(m.group(0)), line)
+    return cut(line, LINE_LIMIT)
+
+
+def did_you_mean(word, choices) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices`` to ``word``, or ''."""
+    import difflib
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _unwrap(annotation):
@@ -260,14 +387,19 @@ def _clean_loc(cls, loc) -> tuple:
     return tuple(out)
 
 
-def format_errors(cls, exc: ValidationError, stage: str | None = None) -> str:
+def format_errors(cls, exc: ValidationError, stage: str | None = None, origins: Mapping[str, str] | None = None) -> str:
     """One line per problem, ``stage.key: problem``: the key in dotted form (``perm.lam``,
     ``seeds.0``, ``tasks.femnist.partition.alpah``), what is wrong and what is allowed. The offending
     value is shown once: pydantic's own messages get ``(got <value>)`` appended, messages written by
-    this package's validators already name it; long values are cut (``ECHO_LIMIT``), and a missing
-    key echoes nothing. Rules across keys (``KeyedProblems``) name each key they concern."""
+    this package's validators already name it; long values are cut (``ECHO_LIMIT``, ``clip_line``), and a
+    missing key echoes nothing. Rules across keys (``KeyedProblems``) name each key they concern. ``origins``
+    maps a top-level key to the section its value came from when that is not the stage's own (``defaults``):
+    the line names that section, so one bad default reads the same for every stage (and is said once)."""
     def name(path) -> str:
-        return ".".join([stage] * bool(stage) + [str(p) for p in path]) or "<config>"
+        head = [stage] * bool(stage)
+        if path and path[0] in (origins or {}):  # a value from another section: name that one
+            head = [origins[path[0]]]
+        return ".".join(head + [short_key(p) for p in path]) or "<config>"
 
     lines = []
     for err in exc.errors():
@@ -277,9 +409,10 @@ def format_errors(cls, exc: ValidationError, stage: str | None = None) -> str:
             lines += [f"{name(loc + (k,))}: {msg}" for k, msg in error.problems]
         elif err["type"] == "extra_forbidden":
             model = _model_at(cls, loc[:-1])
-            allowed = (", ".join(sorted(set(model.model_fields) - set(RUNNER_KEYS))) if model is not None
-                       else "see the docs")
-            lines.append(f"{name(loc)}: unknown key (value {short_repr(err['input'])}); allowed keys: {allowed}")
+            keys = sorted(set(model.model_fields) - set(RUNNER_KEYS)) if model is not None else []
+            allowed = ", ".join(keys) or "see the docs"
+            lines.append(f"{name(loc)}: unknown key{did_you_mean(loc[-1], keys) if loc else ''} "
+                         f"(value {short_repr(err['input'])}); allowed keys: {allowed}")
         elif err["type"] == "missing":
             lines.append(f"{name(loc)}: Field required (this key has no default; give a value)")
         else:
@@ -288,7 +421,7 @@ def format_errors(cls, exc: ValidationError, stage: str | None = None) -> str:
             if loc and not own and not re.search(r"\bgot\b", msg):
                 msg += f" (got {short_repr(err.get('input'))})"
             lines.append(f"{name(loc)}: {msg}")
-    return "\n".join(dict.fromkeys(lines))
+    return "\n".join(dict.fromkeys(clip_line(line) for line in lines))
 
 
 def registry() -> dict[str, type[StageConfig]]:
@@ -478,13 +611,32 @@ def stage_values(params: Mapping[str, Any], stage: str, profile: str = DEFAULT_P
 
 
 def validate_stage(params: Mapping[str, Any], stage: str, profile: str = DEFAULT_PROFILE) -> StageConfig:
-    """The stage's config from params.yaml, or a ConfigError with one ``stage.key: problem`` line each."""
-    return stage_config(stage).build(stage_values(params, stage, profile))
+    """The stage's config from params.yaml, or a ConfigError with one ``stage.key: problem`` line each (a
+    value that another section gives -- ``defaults``, a profile's overlay -- is named by that section)."""
+    cls = stage_config(stage)
+    values = stage_values(params, stage, profile)
+    try:
+        return cls(**values)
+    except ValidationError as exc:
+        raise ConfigError(format_errors(cls, exc, stage, value_origins(params, stage, profile))) from None
 
 
-def _profile_problems(params: Mapping[str, Any]) -> list[str]:
+def value_origins(params: Mapping[str, Any], stage: str, profile: str = DEFAULT_PROFILE) -> dict[str, str]:
+    """{key: section} for each of the stage's values that comes from a section other than its own:
+    ``defaults``, ``profiles.<p>.defaults`` or ``profiles.<p>.<section>``."""
+    name = section_of(stage)
+    origins = {k: "defaults" for k in (params.get("defaults") or {}) if k not in (params.get(name) or {})}
+    if profile != DEFAULT_PROFILE:
+        entry = (params.get(PROFILES_KEY) or {}).get(profile) or {}
+        origins.update({k: f"{PROFILES_KEY}.{profile}.defaults" for k in (entry.get("defaults") or {})})
+        origins.update({k: f"{PROFILES_KEY}.{profile}.{name}" for k in (entry.get(name) or {})})
+    return origins
+
+
+def _profile_problems(params: Mapping[str, Any], said: set[str] = frozenset()) -> list[str]:
     """Every problem of params.yaml's ``profiles``: each overlay names known stages with a section,
-    and every stage's values under every profile validate."""
+    and every stage's values under every profile validate. ``said``: the problems already found in the
+    sections as written; a profile that only inherits one does not repeat it."""
     try:
         names = profile_names(params)[1:]
     except ConfigError as exc:
@@ -506,8 +658,9 @@ def _profile_problems(params: Mapping[str, Any]) -> list[str]:
             try:
                 validate_stage(params, stage, profile)
             except ConfigError as exc:
-                problems.extend(f"{PROFILES_KEY}.{profile}: {line}" for line in str(exc).splitlines())
-    return problems
+                problems.extend(line if line.startswith(f"{PROFILES_KEY}.{profile}") or line in said
+                                else f"{PROFILES_KEY}.{profile}: {line}" for line in str(exc).splitlines())
+    return [p for p in problems if p not in said]  # a problem of the sections themselves is said once
 
 
 def _section_names() -> list[str]:
@@ -546,7 +699,7 @@ def validate_all(params: Mapping[str, Any], dvc_stages: Mapping[str, dict] | Non
         from .data.prepared import data_section_problems
         problems.extend(data_section_problems(params[_stages.DATA_SECTION]))
     if defaults_ok:
-        problems.extend(_profile_problems(params))
+        problems.extend(_profile_problems(params, set(problems)))
     for name, spec in (dvc_stages or {}).items():
         stage = spec.get("stage")
         listed = spec.get("params") or []
@@ -665,7 +818,15 @@ def partition_problems(spec, key: str = "partition", allow_natural: bool = True,
     for k in ("beta", "alpha"):
         if k in spec and not (_is_number(spec[k]) and spec[k] > 0):
             problems.append((f"{key}.{k}", f"must be a number > 0 ({what[k]}; finite), got {short_repr(spec[k])}"))
+        elif k in spec and scheme == "dirichlet" and spec[k] < DIRICHLET_BETA_MIN:
+            problems.append((f"{key}.{k}", f"{short_repr(spec[k])} is below {DIRICHLET_BETA_MIN:g}: the Dirichlet "
+                                           f"draws then give (almost) every sample to one client, and the partition cannot "
+                                           f"give each client 2 samples; allowed: >= {DIRICHLET_BETA_MIN:g}"))
     return problems
+
+
+#: the smallest Dirichlet concentration a partition takes (the papers' settings are 0.1 to 1)
+DIRICHLET_BETA_MIN = 0.01
 
 
 def image_partition_problems(dataset, spec, num_clients: int | None, pool_size: int | None = None,

@@ -17,10 +17,12 @@ and every resume, goes to stderr and to the stage runner's terminal (:func:`pflk
 
 Divergence (:class:`DivergenceError`, naming method, seed, round and learning rates): NaN/Inf
 parameters or metrics at any evaluation; an evaluated loss above ``ABORT_MULTIPLE x diverge_factor``
-times the round-0 loss at any evaluation (a blow-up: stopped at once); or a loss still above
-``diverge_factor`` times the round-0 loss at the last round (it grew and never came back). A loss
-that spikes between evaluations but ends below ``diverge_factor`` x its initial value is not
-divergence. The loss is the mean over clients of each personalized model's test loss. The default
+times the initial loss at any evaluation, round 0 included (a blow-up: stopped at once); or a loss
+still above ``diverge_factor`` times the initial loss at the last round (it grew and never came back).
+The initial loss is the round-0 loss capped at the chance level log(C) (:func:`reference_loss`), so a
+run already broken at round 0 is caught there. A loss that spikes between evaluations but ends below
+``diverge_factor`` x its initial value is not divergence. The loss is the mean over clients of each
+personalized model's test loss. The default
 ``DIVERGE_FACTOR`` (10) is far above what any curve stage shows at params.yaml or smoke scale (final
 loss <= 1.02 x initial, peaks <= 1.5 x). The Charles NN grids (``experiments.charles_nn.run_grid``)
 keep their own, stricter rule (``diverge_factor`` 2 on the training loss, at any evaluation): there a
@@ -175,6 +177,18 @@ def _loss_at(rows: list[tuple], r: int) -> float | None:
     return None
 
 
+def reference_loss(round0: float | None, num_classes: int | None) -> float | None:
+    """What a run's loss is compared with: its round-0 loss, but never more than the chance-level loss
+    log(C) of C classes (a uniform prediction). The cap is what a run broken from its first evaluation
+    cannot move: methods that personalize before they are evaluated (pFedMe's inner problem, Per-FedAvg's
+    step, localized FedAvg's fine-tuning) already take steps at round 0, so with a huge learning rate their
+    round-0 loss is itself huge, and a rule relative to it alone would let the run finish."""
+    if num_classes is None or num_classes < 2:
+        return round0
+    chance = math.log(num_classes)
+    return chance if round0 is None or not math.isfinite(round0) else min(round0, chance)
+
+
 def check_loss_growth(method: str, seed: int, r: int, loss: float | None, initial: float | None,
                       factor: float, lr: str, final: bool) -> None:
     """Raise :class:`DivergenceError` if ``loss`` at round ``r`` grew too far from ``initial`` (the
@@ -250,7 +264,7 @@ def run(algorithm, data: FederatedDataset, rounds: int, seed: int, eval_every: i
         resumed = _load_resumable(path, fingerprint, state, rounds)
         if resumed is not None:
             state, rows, start = resumed
-            initial[0] = _loss_at(rows, 0)
+            initial[0] = reference_loss(_loss_at(rows, 0), data.num_classes)
             _say(f"resuming {method} seed {seed} from round {start} of {rounds} ({path})")
             if progress is not None:
                 progress.update(start)
@@ -268,7 +282,7 @@ def run(algorithm, data: FederatedDataset, rounds: int, seed: int, eval_every: i
             extra = callback(r, state)
             rows.extend((r, method, seed, str(k), float(v)) for k, v in (extra or {}).items())
         if r == 0:
-            initial[0] = summary.get("loss")
+            initial[0] = reference_loss(summary.get("loss"), data.num_classes)
         check_loss_growth(method, seed, r, summary.get("loss"), initial[0], diverge_factor,
                           _describe_lr(algorithm), final=False)
 

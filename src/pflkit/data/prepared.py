@@ -78,6 +78,7 @@ def _source_model(key: str):
 
 def data_section_problems(section) -> list[str]:
     """Problems of params.yaml's ``data`` section (one entry per data stage key), as ``data.<key>...: why``."""
+    from ..config import short_key, short_repr
     from ..stages import DATA_BY_KEY
     if not isinstance(section, dict):
         return [f"data: must be a mapping of data stage keys to settings, got {type(section).__name__}"]
@@ -86,14 +87,14 @@ def data_section_problems(section) -> list[str]:
     for key, value in section.items():
         model = _source_model(key)
         if model is None:
-            problems.append(f"data.{key}: unknown data stage; allowed: {', '.join(keys)}")
+            problems.append(f"data.{short_key(key)}: unknown data stage; allowed: {', '.join(keys)}")
             continue
         try:
             model(**(value or {}))
         except (ValidationError, TypeError) as exc:
             errors = exc.errors() if isinstance(exc, ValidationError) else [{"loc": (), "msg": str(exc)}]
-            problems += [f"data.{key}{''.join('.' + str(p) for p in e['loc'])}: {e['msg']} (got {value!r})"
-                         for e in errors]
+            problems += [f"data.{key}{''.join('.' + short_key(p) for p in e['loc'])}: {e['msg']} "
+                         f"(got {short_repr(e.get('input', value))})" for e in errors]
     return problems
 
 

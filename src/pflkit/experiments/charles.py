@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 from pydantic import Field, model_validator
 
-from ..config import NonNegatives, Positives, Seed, StageConfig, raise_problems
+from ..config import CONDITION_MAX, NonNegatives, Positives, Seed, StageConfig, raise_problems
 from ..report import environment, table_records
 from ..theory import surrogate as S
 from .result import StageResult
@@ -103,13 +103,29 @@ class FrontierConfig(StageConfig):
 
     @model_validator(mode="after")
     def _k_range(self):
+        problems = []
         if self.k_max < self.k_min:
-            raise_problems([("k_min", f"{self.k_min!r} must be <= k_max ({self.k_max!r}); "
-                                      f"allowed: 1 <= k_min <= k_max")])
+            problems.append(("k_min", f"{self.k_min!r} must be <= k_max ({self.k_max!r}); "
+                                      f"allowed: 1 <= k_min <= k_max"))
+        # the curvature range: every client's Hessian has eigenvalues in [mu, L], so mu < L
+        key, Ls = ("L_values", self.L_values) if hasattr(self, "L_values") else ("L", [getattr(self, "L", math.inf)])
+        if not self.mu < min(Ls):
+            problems.append(("mu", f"{self.mu!r} must be < every L of {key} ({Ls if key == 'L_values' else Ls[0]!r}); "
+                                   f"allowed: 0 < mu < {min(Ls):g}"))
+        raise_problems(problems)
         return self
 
     def ks(self) -> torch.Tensor:
         return k_grid(self.k_min, self.k_max, self.num_k)
+
+    def memory_estimate(self) -> tuple[int, str]:
+        """The frontier frames: a row per K (and per gamma, Fig. 1) and setting, a few dozen float64 columns;
+        the simulated figures draw a d x d matrix per K."""
+        rows = self.num_k + getattr(self, "num_gamma", 0)
+        dims = max(getattr(self, "dims", [1]))
+        frames, matrices = rows * 8 * 64, self.num_k * dims * dims * 8 * 2
+        return frames + matrices, ("num_gamma" if getattr(self, "num_gamma", 0) > self.num_k else "num_k") \
+            if frames >= matrices or dims ** 2 < self.num_k else "dims"
 
 
 class CharlesFig1Config(FrontierConfig):
@@ -132,7 +148,7 @@ class CharlesFig2Config(FrontierConfig):
     """Fig. 2: Theta_{1:K}, alpha = 0, gamma = gamma_factor / L, three ServerOpts, several L."""
     L_values: Positives = [2.0, 5.0, 10.0, 100.0]
     gamma_factor: float = Field(0.5, gt=0, lt=1)
-    server_opts: list[ServerName] = ["gd", "nesterov", "heavy_ball"]
+    server_opts: list[ServerName] = Field(["gd", "nesterov", "heavy_ball"], min_length=1)
 
 
 class CharlesFig3Config(FrontierConfig):
@@ -147,7 +163,7 @@ class CharlesFig4Config(FrontierConfig):
     L: float = Field(10.0, gt=0)
     gamma_sum: float = Field(0.001, gt=0)
     gamma_last_factor: float = Field(0.5, gt=0, lt=1)
-    server_opts: list[ServerName] = ["gd", "nesterov", "heavy_ball"]
+    server_opts: list[ServerName] = Field(["gd", "nesterov", "heavy_ball"], min_length=1)
 
 
 class CharlesFig9Config(FrontierConfig):
@@ -156,6 +172,14 @@ class CharlesFig9Config(FrontierConfig):
     gamma: float = Field(1e-7, gt=0)
     alphas: NonNegatives = [0.0, 0.5, 1.0, 5.0]
 
+    @model_validator(mode="after")
+    def _gamma(self):
+        limit = 1 / (self.L + max(self.alphas))
+        if not self.gamma < limit:
+            raise_problems([("gamma", f"{self.gamma!r} must be < 1/(L+alpha) for every alpha (Lemma 1); "
+                                      f"allowed: 0 < gamma < {limit:g}")])
+        return self
+
 
 class SimulatedConfig(FrontierConfig):
     """Figs. 5, 7, 8, 10: simulated Theta_K frontiers (fresh random A per K) vs the Theta_{1:K} frontier."""
@@ -163,7 +187,7 @@ class SimulatedConfig(FrontierConfig):
     dims: list[Annotated[int, Field(ge=2)]] = Field([5, 100], min_length=1)
     gamma: float = Field(0.001, gt=0)
     alphas: NonNegatives = [0.0]
-    server_opts: list[ServerName] = ["gd"]
+    server_opts: list[ServerName] = Field(["gd"], min_length=1)
     seed: Seed = 0
 
     @model_validator(mode="after")
@@ -174,9 +198,6 @@ class SimulatedConfig(FrontierConfig):
             limit = 1 / (max(self.L_values) + max(self.alphas))
             problems.append(("gamma", f"{self.gamma!r} must be < 1/(L+alpha) (Lemma 1); fails for (L, alpha)={bad}; "
                                       f"allowed: 0 < gamma < {limit:g}"))
-        if self.mu >= min(self.L_values):
-            problems.append(("mu", f"{self.mu!r} must be < every L of L_values {self.L_values}; "
-                                   f"allowed: 0 < mu < {min(self.L_values):g}"))
         raise_problems(problems)
         return self
 
@@ -212,10 +233,28 @@ class CharlesTheoryConfig(StageConfig):
     table2_L: float = Field(100.0, gt=0)  # L of the shared-basis clients for the Table 2 contraction check
     seed: Seed = 0
 
+    def memory_estimate(self) -> tuple[int, str]:
+        """Each client's d x d matrices (its A and one per example, float64, a few copies) and the Monte Carlo
+        draws (runs x clients x d)."""
+        sizes = {"num_clients": self.num_clients, "dim": self.dim, "examples_per_client": self.examples_per_client,
+                 "monte_carlo_runs": self.monte_carlo_runs, "batch_size": self.batch_size}
+        clients = self.num_clients * self.dim ** 2 * (self.examples_per_client + 4) * 8 * 2
+        draws = self.monte_carlo_runs * self.num_clients * (self.dim * 4 + self.batch_size) * 8
+        return clients + draws, max(sizes, key=sizes.get)
+
     @model_validator(mode="after")
     def _mu_L(self):
+        problems = []
         if not self.mu < self.L:
-            raise_problems([("mu", f"{self.mu!r} must be < L ({self.L!r}); allowed: 0 < mu < L")])
+            problems.append(("mu", f"{self.mu!r} must be < L ({self.L!r}); allowed: 0 < mu < L"))
+        for key in ("L", "table2_L"):
+            L = getattr(self, key)
+            if not (self.mu if key == "table2_L" else -math.inf) <= L <= CONDITION_MAX * self.mu:
+                problems.append((key, f"{L!r} must lie in [mu, {CONDITION_MAX:g} x mu] = [{self.mu!r}, "
+                                      f"{CONDITION_MAX * self.mu:g}]: the clients' curvatures span [mu, {key}] and "
+                                      f"their systems are solved in float64 (condition number at most "
+                                      f"{CONDITION_MAX:g})"))
+        raise_problems(problems)
         return self
 
 

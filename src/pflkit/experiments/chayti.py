@@ -15,11 +15,11 @@ from typing import Annotated
 import numpy as np
 import pandas as pd
 import torch
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from .. import seeds
 from ..algorithms.collaborative import BC, WGA, Alone, CollaborativeRun, run, tune_step_size
-from ..config import PositiveInt, Positives, Section, Seed, StageConfig, raise_problems
+from ..config import SCALE_MAX, PositiveInt, Positives, Section, Seed, StageConfig, raise_problems
 from ..data.quadratic_users import NoisyQuadraticUsers
 from ..device import resolve_device
 from ..progress import note
@@ -34,14 +34,28 @@ DATA_LABEL = "noisy quadratic users (1-D)"
 class QuadraticConfig(StageConfig):
     """Problem and run fields shared by the simulation figures."""
     n_collaborators: int = Field(10, ge=1)
-    sigma: float = Field(1.0, gt=0)
-    zeta: float = Field(1.0, ge=0)
-    x0: float = 1.0
+    sigma: float = Field(1.0, gt=0, le=SCALE_MAX)
+    zeta: float = Field(1.0, ge=0, le=SCALE_MAX)
+    x0: float = Field(1.0, ge=-SCALE_MAX, le=SCALE_MAX)
     steps: int = Field(5000, ge=1)
     runs: int = Field(100, ge=2)
     record_every: int = Field(10, ge=1)
     tail_fraction: float = Field(0.1, gt=0, le=1)
     seed: Seed = 0
+
+    def collaborator_counts(self) -> list[int]:
+        return [self.n_collaborators, *getattr(self, "n_values", [])]
+
+    def memory_estimate(self) -> tuple[int, str]:
+        """Every run's draw for every user at once (float64, a few copies: draws, iterates, gradients) and the
+        recorded curves (runs x steps / record_every)."""
+        n = max(self.collaborator_counts())
+        runs_key = "tuning_runs" if getattr(self, "tuning_runs", 0) > self.runs else "runs"
+        runs = getattr(self, runs_key)
+        draws = runs * (n + 1) * 8 * 4
+        curves = runs * (self.steps // self.record_every + 1) * 8 * 4
+        key = ("n_values" if n > self.n_collaborators else "n_collaborators") if n + 1 > runs else runs_key
+        return draws + curves, key if draws >= curves else ("steps" if self.steps > runs else runs_key)
 
 
 class ChaytiFig1Config(StageConfig):
@@ -52,12 +66,19 @@ class ChaytiFig1Config(StageConfig):
     grid_points: int = Field(121, ge=4)
     check_n: list[PositiveInt] = Field(default_factory=lambda: [1, 10, 100], min_length=1)
     check_tau: Positives = [0.01, 0.1, 1.0, 10.0]
-    check_eta: float = Field(0.1, gt=0, lt=1)
+    check_eta: Rate = Field(0.1, gt=0, lt=1)
     check_runs: int = Field(400, ge=2)
     check_burn_in: int = Field(150, ge=0)
     check_steps: int = Field(400, ge=1)
-    sigma: float = Field(1.0, gt=0)
+    sigma: float = Field(1.0, gt=0, le=SCALE_MAX)
     seed: Seed = 0
+
+    def memory_estimate(self) -> tuple[int, str]:
+        """The heat map (grid_points^2, a few float64 copies) and the checks' draws (runs x largest N)."""
+        grid = self.grid_points ** 2 * 8 * 8
+        check = self.check_runs * (max(self.check_n) + 1) * 8 * 4 + self.check_runs * self.check_steps * 8
+        return grid + check, "grid_points" if grid >= check else ("check_n" if max(self.check_n) > self.check_runs
+                                                                  else "check_runs")
 
     @model_validator(mode="after")
     def _tau_range(self):
@@ -67,41 +88,57 @@ class ChaytiFig1Config(StageConfig):
         return self
 
 
+#: the smallest nonzero step size or correction rate: below it 1 - eta * h (or 1 - b) rounds to 1 in float64,
+#: so the recursion's stationary point (its loss floor, ``theory.speedup.stationary_loss``) does not exist
+RATE_FLOOR = 1e-12
+
+
+def _resolvable(v: float) -> float:
+    if 0 < v < RATE_FLOOR:
+        raise ValueError(f"{v!r} is below {RATE_FLOOR:g}: 1 - {v!r} rounds to 1 in float64 and the recursion has no "
+                         f"stationary point; allowed: 0 (where 0 is allowed) or a value >= {RATE_FLOOR:g}")
+    return v
+
+
+#: a step size (eta) or correction rate (b) whose floor float64 can compute
+Rate = Annotated[float, AfterValidator(_resolvable)]
+
+
 class Fig2Panel(Section):
     label: str
-    x0: float
-    eta_bc: float = Field(gt=0, lt=1)
-    b: float = Field(ge=0, le=1)
+    x0: float = Field(ge=-SCALE_MAX, le=SCALE_MAX)
+    eta_bc: Rate = Field(gt=0, lt=1)
+    b: Rate = Field(ge=0, le=1)
 
 
 class ChaytiFig2Config(QuadraticConfig):
     """Fig. 2: Alone vs WGA vs BC; eta tuned on ``eta_grid`` for Alone and WGA (separate seed), BC fixed."""
     a_wga: float = Field(0.5, ge=0, le=1)
     a_bc: float = Field(0.9, ge=0, le=1)
-    eta_grid: list[Annotated[float, Field(gt=0, lt=1)]] = Field(min_length=1)
+    eta_grid: list[Annotated[Rate, Field(gt=0, lt=1)]] = Field(min_length=1)
     tuning_runs: int = Field(100, ge=2)
     panels: list[Fig2Panel] = Field(min_length=1)
 
 
 class SweepConfig(QuadraticConfig):
-    eta: float = Field(0.01, gt=0, lt=1)
+    eta: Rate = Field(0.01, gt=0, lt=1)
     a: float = Field(0.9, ge=0, le=1)
 
 
 class ChaytiFig3Config(SweepConfig):
     """Fig. 3: BC for several zeta (fixed eta, a, b)."""
-    b: float = Field(0.01, ge=0, le=1)
-    zetas: list[float] = Field(min_length=1)
+    b: Rate = Field(0.01, ge=0, le=1)
+    zetas: list[Annotated[float, Field(ge=-SCALE_MAX, le=SCALE_MAX)]] = Field(min_length=1)
 
 
 class ChaytiFig4Config(SweepConfig):
     """Fig. 4: WGA for several zeta (fixed eta, a)."""
-    zetas: list[float] = Field(min_length=1)
+    zetas: list[Annotated[float, Field(ge=-SCALE_MAX, le=SCALE_MAX)]] = Field(min_length=1)
 
 
 class ChaytiFig5Config(SweepConfig):
     """Fig. 5: BC for several N (fixed eta, a, b)."""
-    b: float = Field(0.01, ge=0, le=1)
+    b: Rate = Field(0.01, ge=0, le=1)
     n_values: list[PositiveInt] = Field(min_length=1)
 
 

@@ -3,7 +3,7 @@ substitute), loading it, recording what actually ran, and partitioning it into a
 from __future__ import annotations
 
 from .. import seeds
-from ..config import DatasetName, Section
+from ..config import DatasetName, ProjectPath, Section
 from ..data.federated import FederatedDataset
 
 
@@ -12,7 +12,7 @@ class DatasetSection(Section):
     name: DatasetName  # a name pflkit.data.vision knows (aliases allowed)
     substitute: DatasetName | None = None
     allow_download: bool = True
-    root: str = "data/raw"
+    root: ProjectPath = "data/raw"
 
 
 def load_images(ds: DatasetSection):

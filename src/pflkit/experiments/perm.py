@@ -19,8 +19,8 @@ from pydantic import Field, field_validator, model_validator
 from ..algorithms import FedAvg, Local, LocalizedFedAvg, PerFedAvg, PFedMe
 from ..algorithms.perm import ALPHA_INITS, ALPHA_SOLVERS, PERM
 from ..algorithms.round import WEIGHTINGS
-from ..config import (PositiveInt, Section, Seed, Seeds, StageConfig, image_partition_problems, names_from, one_of,
-                      raise_problems)
+from ..config import (PositiveInt, Section, Seed, Seeds, StageConfig, federated_memory, image_features,
+                      image_partition_problems, names_from, one_of, raise_problems)
 from ..data.federated import BATCH_ORDERS, FederatedDataset
 from ..data import prepared
 from .images import DatasetSection, dataset_record, image_federation, load_images
@@ -191,6 +191,17 @@ class SyntheticData:
     def synthetic(self, seed: int) -> FederatedDataset:
         """The federation of ``seed``, from this stage's prepared folder when it holds it."""
         return prepared.perm_synthetic(**self.synthetic_request(seed), folder=prepared.synthetic_folder(self.stage))
+
+    def memory_estimate(self) -> tuple[int, str]:
+        """One seed's federation generated in float64 and kept in float32 (N x n x (d + 1) values each), an
+        N x N float32 matrix (PERM's alpha, the pairwise weights), and a round's working set
+        (``config.federated_memory``: K minibatches per client, N logistic models)."""
+        sizes = {"num_clients": self.num_clients, "samples_per_client": self.samples_per_client, "dim": self.dim}
+        data = self.num_clients * self.samples_per_client * (self.dim + 1) * (8 + 4)
+        run, run_key = federated_memory(self.num_clients, getattr(self, "local_steps", 1),
+                                        getattr(self, "batch_size", 1), self.dim + 1, classes=2)
+        key = max(sizes, key=sizes.get) if data > run else run_key
+        return data + 4 * self.num_clients ** 2 + run, key
 
 
 class PermFig1Config(SyntheticData, RunConfig):
@@ -381,6 +392,10 @@ class PermFig6Config(StageConfig):
     lr: float = Field(gt=0)
     lam: float = Field(gt=0)
     seed: Seed = 0
+
+    def memory_estimate(self) -> tuple[int, str]:
+        return federated_memory(self.num_clients, self.local_steps, self.batch_size, image_features(self.dataset.name),
+                                tuple(self.hidden))
 
     @model_validator(mode="after")
     def _schemes_fit_data(self):
@@ -609,6 +624,10 @@ class ImageCurvesConfig(RunConfig):
     #: G > 1: clients in G groups, group g's labels shifted by g (FederatedDataset.with_label_groups)
     label_groups: PositiveInt = 1
 
+    def memory_estimate(self) -> tuple[int, str]:
+        return federated_memory(self.num_clients, self.local_steps, self.batch_size, image_features(self.dataset.name),
+                                tuple(self.model.hidden or ()))
+
     @model_validator(mode="after")
     def _partition_fits_data(self):
         problems = image_partition_problems(self.dataset, self.partition, self.num_clients, self.pool_size)
@@ -625,6 +644,13 @@ class PermFig2Config(ImageCurvesConfig):
 
 class PermFig4Config(ImageCurvesConfig):
     alpha_file: str  # PERM's final alpha (first seed), read by Fig. 5
+
+    @model_validator(mode="after")
+    def _perm_runs(self):
+        if "perm" not in self.methods:
+            raise_problems([("methods", f"must include 'perm': this stage saves PERM's alpha for Fig. 5 "
+                                        f"(perm_fig5); got {self.methods}")])
+        return self
 
 
 def curve_setup(cfg: RunConfig) -> tuple[Callable, Callable[[int], FederatedDataset], dict | None, str]:

@@ -27,8 +27,8 @@ import torch
 from pydantic import Field, field_validator, model_validator
 
 from ..algorithms.perm_hetero import DISCREPANCIES, PartialFedAvg, PERMHetero
-from ..config import (PositiveInt, Seed, Seeds, StageConfig, image_partition_problems, names_from, one_of,
-                      raise_problems)
+from ..config import (PositiveInt, Seed, Seeds, StageConfig, federated_memory, image_features, image_partition_problems,
+                      names_from, one_of, raise_problems)
 from ..engine import FunctionalModel, resolve_device
 from ..eval import evaluate
 from ..models.width import EXTRACTIONS, masks_for, mlp_spec, num_parameters
@@ -78,6 +78,10 @@ class PermHeteroConfig(StageConfig):
     eval_every: int = Field(ge=1)
     perm: PermHeteroSection = PermHeteroSection()
     claim: ClaimSection = ClaimSection()
+
+    def memory_estimate(self) -> tuple[int, str]:
+        return federated_memory(self.num_clients, self.local_steps, self.batch_size, image_features(self.dataset.name),
+                                tuple(self.hidden))
 
     @field_validator("budgets")
     @classmethod
