@@ -144,7 +144,7 @@ def read_csv(path) -> pd.DataFrame:
     except FileNotFoundError:
         raise ResultsFileError(path, "missing") from None
     except pd.errors.EmptyDataError:
-        raise ResultsFileError(path, "empty (no header row)") from None
+        raise ResultsFileError(path, "empty") from None
     except (OSError, UnicodeDecodeError, pd.errors.ParserError, ValueError) as exc:
         raise ResultsFileError(path, f"not a readable CSV ({' '.join(str(exc).split())})") from None
     unnamed = [c for c in frame.columns if str(c).startswith("Unnamed: ")]
