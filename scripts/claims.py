@@ -43,6 +43,26 @@ class Missing(LookupError):
     """A path that is not in the results."""
 
 
+class UnreadableResults(ValueError):
+    """A stage's metrics.json is there but empty, not JSON or not an object: names the file and how to rewrite it."""
+
+
+def read_metrics(path: Path, stage: str, profile: str, root: Path = ROOT) -> dict:
+    """``path`` (a stage's metrics.json) as a dict; an empty or garbled file is an :class:`UnreadableResults`
+    naming it, the stage that writes it and the command that does (``pflkit.report.read_json``'s message)."""
+    command = f"dvc repro {stage}" if profile == "default" else (
+        f"python -m pflkit reproduce --profile {profile} --stages {stage}")
+    try:
+        text = path.read_text()
+        metrics = json.loads(text) if text.strip() else None
+        why = "empty" if not text.strip() else f"holds a JSON {type(metrics).__name__}, not an object"
+    except (OSError, ValueError) as exc:
+        metrics, why = None, f"not valid JSON ({exc})"
+    if isinstance(metrics, dict):
+        return metrics
+    raise UnreadableResults(f"{_rel(path, root)}: {why}; written by stage {stage}: run `{command}`")
+
+
 def check_rule(rule) -> None:
     """A ValueError naming the allowed rules when ``rule`` is not one of them."""
     decide(rule, [[1.0]])
@@ -147,7 +167,7 @@ def evaluate(claims: list[dict], folders: dict[str, Path], root: Path = ROOT) ->
             row.update(profile=profile, value="", estimate="", verdict="not run", dataset="", substitute=False)
             path = folder / c["stage"] / "metrics.json"
             if path.is_file() and profile in c.get("profiles", [profile]):
-                metrics = json.loads(path.read_text())
+                metrics = read_metrics(path, c["stage"], profile, root)
                 row["dataset"], row["substitute"] = dataset_of(metrics)
                 paths = c["values"] if "values" in c else [c["value"]]
                 try:
@@ -305,7 +325,10 @@ def main(argv=None, root: Path = ROOT) -> list[dict]:
             raise SystemExit(f"--profiles: unknown {unknown}; params.yaml defines {['default', *params['profiles']]}")
         folders = {p: folders.get(p, root / "build" / p) for p in wanted}
     profiles = list(folders)
-    rows = evaluate(claims, folders, root)
+    try:
+        rows = evaluate(claims, folders, root)
+    except UnreadableResults as exc:
+        raise SystemExit(f"claims: {exc}") from None
     if a.out:
         out = root / a.out
         write(out / "claims.csv", to_csv(rows))

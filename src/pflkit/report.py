@@ -81,37 +81,112 @@ def write_result(results_dir: str, result, history: bool = True, **tables: pd.Da
                 run_info=run_info, **tables)
 
 
+class ResultsFileError(ValueError):
+    """A results file a plot stage, a notebook's text or the claims ledger reads is missing, empty or not
+    what it should be. The message names the file (relative to the project), the compute stage that writes
+    it and the command that does (``dvc repro <stage>``; for a profile's results under build/<profile>/,
+    ``python -m pflkit reproduce --profile <profile> --stages <stage>``)."""
+
+    def __init__(self, path, problem: str):
+        from pathlib import Path
+        self.path, self.problem = Path(path), problem
+        self.stage, command = results_writer(self.path.parent)
+        super().__init__(f"{_shown(self.path)}: {problem}; written by stage {self.stage}: run `{command}`")
+
+
+def _shown(path) -> str:
+    from .paths import project_root
+    root = project_root()
+    return str(path.relative_to(root)) if path.is_absolute() and path.is_relative_to(root) else str(path)
+
+
+def results_writer(folder) -> tuple[str, str]:
+    """(stage, command) that writes results folder ``folder``: results/<stage> is ``dvc repro <stage>``'s,
+    build/<profile>/<stage> is ``python -m pflkit reproduce``'s for that profile."""
+    from pathlib import Path
+
+    from .paths import project_root
+    folder = Path(folder)
+    stage = folder.name
+    root = project_root()
+    parts = folder.relative_to(root).parts if folder.is_absolute() and folder.is_relative_to(root) else ()
+    if len(parts) == 3 and parts[0] == "build":
+        return stage, f"python -m pflkit reproduce --profile {parts[1]} --stages {stage}"
+    return stage, f"dvc repro {stage}"
+
+
+def read_json(path, kind: type = dict):
+    """A results JSON file (metrics.json, run.json), checked: present, parses, and a ``kind`` (an object)."""
+    import json
+    path = resolve(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ResultsFileError(path, "missing") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsFileError(path, f"unreadable ({exc})") from None
+    if not text.strip():
+        raise ResultsFileError(path, "empty")
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ResultsFileError(path, f"not valid JSON ({exc})") from None
+    if not isinstance(value, kind):
+        raise ResultsFileError(path, f"holds a JSON {type(value).__name__}, not an object")
+    return value
+
+
+def read_csv(path) -> pd.DataFrame:
+    """A results CSV (history.csv, a named table), checked: present, not empty, parses into columns."""
+    path = resolve(path)
+    try:
+        frame = pd.read_csv(path)
+    except FileNotFoundError:
+        raise ResultsFileError(path, "missing") from None
+    except pd.errors.EmptyDataError:
+        raise ResultsFileError(path, "empty") from None
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError, ValueError) as exc:
+        raise ResultsFileError(path, f"not a readable CSV ({' '.join(str(exc).split())})") from None
+    unnamed = [c for c in frame.columns if str(c).startswith("Unnamed: ")]
+    if unnamed and len(unnamed) == len(frame.columns):
+        raise ResultsFileError(path, "not a CSV table (no column names)")
+    return frame
+
+
 def read_result(results_dir: str):
     """What a compute stage wrote in ``results_dir``, as a StageResult for its plot stage: metrics.json,
     run.json (``run_info``; ``data_label`` and ``scale`` from it), every CSV as a frame named by its stem
-    (``result.history``, ``result.curves``, ...). A missing folder is an error saying which notebook or
-    stage writes it."""
-    import json
-
+    (``result.history``, ``result.curves``, ...). Every file is checked (:func:`read_json`,
+    :func:`read_csv`), and for a stage of ``pflkit.stages`` every file it declares must be there: a missing
+    folder or file, or an empty or garbled one, is a :class:`ResultsFileError` naming the file, the stage
+    that writes it and the command to run."""
+    from . import stages
     from .experiments.result import StageResult
     folder = resolve(results_dir)
     if not (folder / "metrics.json").is_file():
-        stage = folder.name
-        raise FileNotFoundError(f"{folder} holds no results: run the compute stage first (`dvc repro {stage}`, or its "
-                                f"notebook with the same profile)")
-    metrics = json.loads((folder / "metrics.json").read_text())
+        raise ResultsFileError(folder / "metrics.json", "missing (no results here: the compute stage has not "
+                               "run with this profile; or run its notebook with the same profile)")
+    metrics = read_json(folder / "metrics.json")
+    spec = stages.get(folder.name)
+    for name in (spec.results if spec is not None and not spec.is_plot else ()):
+        if not (folder / name).is_file():
+            raise ResultsFileError(folder / name, f"missing (stage {spec.name} writes it beside metrics.json)")
     run = folder / "run.json"
-    run_info = json.loads(run.read_text()) if run.is_file() else {}
-    frames = {p.stem: pd.read_csv(p) for p in sorted(folder.glob("*.csv"))}
+    run_info = read_json(run) if run.exists() else {}
+    frames = {p.stem: read_csv(p) for p in sorted(folder.glob("*.csv"))}
     return StageResult(pd.DataFrame(), metrics, run_info.get("data_label", ""), run_info.get("scale", ""),
                        run_info, frames)
 
 
 def read_results(stage: str) -> tuple[dict, dict] | None:
     """(metrics.json, run.json) of the stage's ``dvc repro`` run (results/<stage>/), or None when the
-    stage has not run here (a fresh clone: ``dvc repro <stage>`` or ``dvc pull`` brings them)."""
-    import json
+    stage has not run here (a fresh clone: ``dvc repro <stage>`` or ``dvc pull`` brings them). A file
+    that is there but empty or garbled is a :class:`ResultsFileError`."""
     folder = resolve(f"results/{stage}")
     if not (folder / "metrics.json").is_file():
         return None
     run = folder / "run.json"
-    return (json.loads((folder / "metrics.json").read_text()),
-            json.loads(run.read_text()) if run.is_file() else {})
+    return read_json(folder / "metrics.json"), (read_json(run) if run.exists() else {})
 
 
 def print_measured(cfg, describe, metrics: Mapping | None = None, scale: str = "") -> None:

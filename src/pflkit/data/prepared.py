@@ -45,8 +45,19 @@ REQUIRE_ENV = REQUIRE_PREPARED_ENV
 FORMAT = 1
 
 
-class PreparedDataError(RuntimeError):
-    """A pipeline stage needs a prepared dataset that is missing or was prepared for another request."""
+class PreparedDataError(ValueError, RuntimeError):
+    """A pipeline stage needs a prepared dataset that is missing or was prepared for another request, or a
+    prepared file fails its check (:class:`PreparedFileError`). A ValueError (what ``python -m pflkit data``
+    prints without a traceback); still a RuntimeError, as it was before the checks."""
+
+
+class PreparedFileError(PreparedDataError):
+    """A file of a prepared folder is missing, unreadable or not what its manifest.json records. The message
+    names the file (relative to the project) and the data stage that writes it, with the command to re-run it."""
+
+    def __init__(self, path: Path, problem: str, stage: str | None):
+        self.path, self.problem, self.stage = Path(path), problem, stage
+        super().__init__(f"{_shown(path)}: {problem}; {_rerun(stage)}")
 
 
 # --------------------------------------------------------------------------- params.yaml `data`
@@ -162,13 +173,149 @@ def write_folder(folder: Path, arrays: dict[str, np.ndarray], manifest: dict) ->
     return folder
 
 
+# --------------------------------------------------------------------------- checked reads
+# Nothing is read from a prepared folder unchecked: manifest.json must parse and list every array read, and
+# each array's size (always, one stat) and SHA-256 (cached by file identity) must be the manifest's before
+# np.load sees it. Measured on Fashion-MNIST (4 arrays, 55 MB; 2-core AMD EPYC VM with SHA instructions,
+# files in the page cache; medians of 15): np.load + pixel conversion alone 26.7 ms; checked, first read
+# (hashing 55 MB) 58.9 ms (+32 ms); digests from build/prepared_digests.json (a later process) 27.6 ms
+# (+0.9 ms); again in the same process 27.2 ms (+0.5 ms).
+
+#: digests of prepared files by identity, shared between processes (build/: never a DVC output)
+DIGEST_CACHE = "build/prepared_digests.json"
+_digests: dict[str, tuple[tuple[int, int, int, int, int], str]] = {}
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the project when it lies inside it (what the messages print)."""
+    from ..paths import project_root
+    path = Path(path).absolute()
+    root = project_root()
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+
+
+def _stage_of(folder: Path) -> str | None:
+    """The data stage writing prepared folder ``folder`` (matched on its last path parts), else None."""
+    from ..stages import DATA_STAGES
+    parts = Path(folder).absolute().parts
+    for d in DATA_STAGES:
+        for out in d.outs or (d.dataset,):
+            tail = tuple(out.split("/"))
+            if parts[-len(tail):] == tail:
+                return d.name
+    return None
+
+
+def _rerun(stage: str | None) -> str:
+    if stage is None:
+        return "re-run the data stage that writes it (`dvc repro data_<key>` / `python -m pflkit data <key>`)"
+    return (f"written by data stage {stage}: re-create it with `dvc repro {stage}` "
+            f"(or `python -m pflkit data {stage.removeprefix('data_')}`)")
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    """What changes when a file's bytes may have: size, mtime, ctime (not settable by hand), inode, device."""
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev
+
+
+def _cache_file(path: Path) -> Path | None:
+    """The digest cache of the project holding ``path`` (None outside a project: no file is written)."""
+    from ..paths import project_root
+    root = project_root(path.parent)
+    return root / DIGEST_CACHE if (root / "dvc.yaml").is_file() and (root / "params.yaml").is_file() else None
+
+
+def _load_cache(cache: Path) -> dict:
+    try:
+        data = json.loads(cache.read_text())
+        return {k: (tuple(v[0]), v[1]) for k, v in data.items()} if isinstance(data, dict) else {}
+    except (OSError, ValueError, TypeError, IndexError, KeyError):
+        return {}  # no cache, or an unreadable one: the digests are computed again
+
+
+def _save_cache(cache: Path, new: dict) -> None:
+    """Merge ``new`` into the cache file (dropping files that are gone); best effort, atomic rename."""
+    import tempfile
+    try:
+        entries = {k: v for k, v in _load_cache(cache).items() if os.path.exists(k)}
+        entries.update(new)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{cache.name}.", dir=cache.parent)
+        with os.fdopen(fd, "w") as fh:
+            json.dump({k: [list(i), d] for k, (i, d) in sorted(entries.items())}, fh, separators=(",", ":"))
+        os.replace(tmp, cache)
+    except OSError:
+        pass
+
+
+def _sha256(path: Path, st: os.stat_result) -> str:
+    """SHA-256 of ``path``, computed only when this file identity (:func:`_identity`) has not been hashed
+    before, in this process or (``DIGEST_CACHE``) an earlier one."""
+    key, ident = str(Path(path).absolute()), _identity(st)
+    hit = _digests.get(key)
+    if hit is not None and hit[0] == ident:
+        return hit[1]
+    cache = _cache_file(Path(path).absolute())
+    if cache is not None:
+        hit = _load_cache(cache).get(key)
+        if hit is not None and hit[0] == ident:
+            _digests[key] = hit
+            return hit[1]
+    digest = file_digest(path, "sha256")
+    _digests[key] = (ident, digest)
+    if cache is not None:
+        _save_cache(cache, {key: (ident, digest)})
+    return digest
+
+
 def read_manifest(folder: Path) -> dict | None:
-    path = Path(folder) / MANIFEST
-    return json.loads(path.read_text()) if path.is_file() else None
+    """manifest.json of a prepared folder; None when the folder holds nothing (never prepared). A folder
+    with files but no manifest, or a manifest that is not JSON or lacks its file table, is an error."""
+    folder = Path(folder)
+    path = folder / MANIFEST
+    if not path.is_file():
+        if folder.is_dir() and any(folder.iterdir()):
+            raise PreparedFileError(path, "missing, though the folder holds files (a damaged prepared copy)",
+                                    _stage_of(folder))
+        return None
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise PreparedFileError(path, f"unreadable ({type(exc).__name__}: {exc})", _stage_of(folder)) from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        raise PreparedFileError(path, "not a prepared-data manifest (no table of `files`)", _stage_of(folder))
+    return manifest
 
 
-def _load(folder: Path, name: str) -> np.ndarray:
-    return np.load(Path(folder) / f"{name}.npy", allow_pickle=False)
+def _load(folder: Path, name: str, manifest: dict) -> np.ndarray:
+    """Array ``name`` of a prepared folder, checked against ``manifest`` first: listed, same size, same
+    SHA-256 (cached, :func:`_sha256`), then the dtype and shape it records. Any failure is a
+    :class:`PreparedFileError` naming the file and its data stage."""
+    folder = Path(folder)
+    path = folder / f"{name}.npy"
+    entry = manifest["files"].get(path.name)
+    if not isinstance(entry, dict) or not {"bytes", "sha256"} <= set(entry):
+        raise PreparedFileError(path, f"not listed in {MANIFEST} (its size and SHA-256 cannot be checked)",
+                                _stage_of(folder))
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise PreparedFileError(path, f"missing ({MANIFEST} lists it)", _stage_of(folder)) from None
+    if st.st_size != entry["bytes"]:
+        raise PreparedFileError(path, f"{st.st_size} bytes, {MANIFEST} records {entry['bytes']} (truncated or "
+                                      "changed after the data stage wrote it)", _stage_of(folder))
+    if _sha256(path, st) != entry["sha256"]:
+        raise PreparedFileError(path, f"SHA-256 differs from {MANIFEST}'s (its bytes changed after the data "
+                                      "stage wrote it)", _stage_of(folder))
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise PreparedFileError(path, f"unreadable as .npy ({exc})", _stage_of(folder)) from None
+    want = (entry.get("dtype", str(array.dtype)), list(entry.get("shape", array.shape)))
+    if (str(array.dtype), list(array.shape)) != want:
+        raise PreparedFileError(path, f"holds {array.dtype} {list(array.shape)}, {MANIFEST} records "
+                                      f"{want[0]} {want[1]}", _stage_of(folder))
+    return array
 
 
 def _histogram(y: np.ndarray, num_classes: int) -> list[int]:
@@ -239,13 +386,13 @@ def _read_images(key: str, folder: Path, manifest: dict, labels: str = "fine") -
     enc = manifest["pixel_encoding"]
     writers = None
     if "writer_names" in manifest:
-        writers = Writers(_load(folder, "writers_train"), _load(folder, "writers_test"),
+        writers = Writers(_load(folder, "writers_train", manifest), _load(folder, "writers_test", manifest),
                           tuple(manifest["writer_names"]))
     suffix = "_coarse" if labels == "coarse" else ""
     num_classes = SOURCES["cifar100-coarse"].num_classes if labels == "coarse" else manifest["num_classes"]
     name = "cifar100-coarse" if labels == "coarse" else key
-    return ImageData(_from_pixels(_load(folder, "x_train"), enc), _load(folder, f"y_train{suffix}"),
-                     _from_pixels(_load(folder, "x_test"), enc), _load(folder, f"y_test{suffix}"),
+    return ImageData(_from_pixels(_load(folder, "x_train", manifest), enc), _load(folder, f"y_train{suffix}", manifest),
+                     _from_pixels(_load(folder, "x_test", manifest), enc), _load(folder, f"y_test{suffix}", manifest),
                      num_classes, name, name, manifest["source"], writers,
                      f"{manifest['location']} (prepared: {folder.name})")
 
@@ -323,8 +470,9 @@ def shakespeare(root: str | Path = "data/raw", source: str = "auto", test_fracti
         return load_shakespeare(resolve(root), source, test_fraction)
     parts = {}
     for split in ("train", "test"):
-        x, y = _load(folder, f"x_{split}").astype(np.int64), _load(folder, f"y_{split}").astype(np.int64)
-        ends = np.cumsum(_load(folder, f"sizes_{split}"))
+        x = _load(folder, f"x_{split}", manifest).astype(np.int64)
+        y = _load(folder, f"y_{split}", manifest).astype(np.int64)
+        ends = np.cumsum(_load(folder, f"sizes_{split}", manifest))
         parts[split] = [(x[a:b], y[a:b]) for a, b in zip(np.r_[0, ends[:-1]], ends)]
     return TextClients(tuple(manifest["clients"]), parts["train"], parts["test"], manifest["source"])
 
@@ -362,8 +510,8 @@ def perm_synthetic(num_clients: int, samples_per_client: int, dim: int, test_fra
                                      "run `dvc repro data_perm_synthetic`"))
         return generate(num_clients, samples_per_client, dim, test_fraction, seed=seed)
     s = f"seed{seed}"
-    return perm_synthetic_from_arrays(_load(folder, f"{s}_x"), _load(folder, f"{s}_y"), _load(folder, f"{s}_group"),
-                                      test_fraction)
+    return perm_synthetic_from_arrays(_load(folder, f"{s}_x", manifest), _load(folder, f"{s}_y", manifest),
+                                      _load(folder, f"{s}_group", manifest), test_fraction)
 
 
 def synthetic_folder(stage: str) -> str:
