@@ -61,11 +61,19 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"data {args.key}: {exc}", file=sys.stderr)
                 return 1
         elif args.command == "stage":
+            from papermill.exceptions import PapermillExecutionError
+
             from .notebooks import StageError, run_stage
             try:
                 report = run_stage(args.stage, args.notebook, args.params, args.profile)
             except StageError as exc:  # a path and a reason: no traceback
                 print(exc, file=sys.stderr)
+                return 1
+            except PapermillExecutionError as exc:  # a cell raised: its error in one line (the run said where
+                # the executed notebook, with the whole traceback, is kept)
+                from .config import clip_line
+                print(clip_line(f"stage {args.stage} failed in cell {exc.exec_count}: {exc.ename}: {exc.evalue}"),
+                      file=sys.stderr)
                 return 1
             print(f"{args.stage}: wrote {report}")
         elif args.command == "reproduce":

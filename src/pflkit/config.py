@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Mapping
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from . import stages as _stages
 from .device import DEVICES
@@ -130,6 +130,17 @@ SCALE_MAX = 1e100
 CONDITION_MAX = 1e8
 
 
+def _scale(v: float) -> float:
+    if abs(v) > SCALE_MAX:
+        raise ValueError(f"must be at most {SCALE_MAX:g} in magnitude (its square must stay finite in float64), "
+                         f"got {v!r}")
+    return v
+
+
+#: a number whose magnitude is at most SCALE_MAX
+Scale = Annotated[float, AfterValidator(_scale)]
+
+
 def project_path(v: str) -> str:
     """A path setting: relative, inside the project (no '..' part, not absolute), each part a legal file name
     (at most 255 bytes): a stage reads or writes only inside the project."""
@@ -180,10 +191,10 @@ class StageConfig(BaseModel):
         Stage configs whose sizes come from params.yaml override it (``fits_machine`` checks it)."""
         return 0, ""
 
-    @model_validator(mode="after")
-    def _fits_machine(self):
-        """Limits of the machine the config is validated on, checked before any work: threads within
-        its CPU cores, the stage's memory estimate within the memory free now."""
+    def machine_problems(self) -> list[tuple[str, str]]:
+        """Limits of the machine the config is validated on, checked before any work (after every rule of
+        the values themselves: a value that breaks one is named for that): threads within its CPU cores,
+        the stage's memory estimate within the memory free now."""
         problems = []
         cores = cpu_cores()
         if self.threads != "auto" and self.threads > cores:
@@ -194,17 +205,13 @@ class StageConfig(BaseModel):
         if free is not None and need > free:
             problems.append((key, f"the stage would need at least {gib(need)} of memory for its data and models "
                                   f"(estimate), more than the {gib(free)} free on this machine; lower it"))
-        raise_problems(problems)
-        return self
+        return problems
 
     @classmethod
     def build(cls, values: Mapping[str, Any]) -> "StageConfig":
         """Validate ``values``; a ConfigError lists every problem as ``stage.key: problem``."""
-        try:
-            return cls(**dict(values))
-        except ValidationError as exc:
-            stage = values.get("stage")
-            raise ConfigError(format_errors(cls, exc, stage if isinstance(stage, str) else None)) from None
+        stage = values.get("stage")
+        return construct(cls, values, stage if isinstance(stage, str) else None)
 
     @classmethod
     def from_namespace(cls, namespace: Mapping[str, Any]) -> "StageConfig":
@@ -311,7 +318,7 @@ def cut(text: str, limit: int = ECHO_LIMIT) -> str:
 
 
 #: longest key name echoed (a key is a params.yaml mapping key: a typo can be a whole paragraph)
-KEY_LIMIT = 40
+KEY_LIMIT = 80
 #: longest line of a message; a longer one (a long list of allowed values, a long value inside a
 #: validator's own text) has its long words cut to ECHO_LIMIT, then the line to LINE_LIMIT
 LINE_LIMIT = 600
@@ -613,12 +620,25 @@ def stage_values(params: Mapping[str, Any], stage: str, profile: str = DEFAULT_P
 def validate_stage(params: Mapping[str, Any], stage: str, profile: str = DEFAULT_PROFILE) -> StageConfig:
     """The stage's config from params.yaml, or a ConfigError with one ``stage.key: problem`` line each (a
     value that another section gives -- ``defaults``, a profile's overlay -- is named by that section)."""
-    cls = stage_config(stage)
-    values = stage_values(params, stage, profile)
+    return construct(stage_config(stage), stage_values(params, stage, profile), stage,
+                     value_origins(params, stage, profile))
+
+
+def construct(cls: type[StageConfig], values: Mapping[str, Any], stage: str | None,
+              origins: Mapping[str, str] | None = None) -> StageConfig:
+    """``cls(**values)`` within the machine's limits (``machine_problems``), or a ConfigError with one
+    ``stage.key: problem`` line each (``format_errors``)."""
     try:
-        return cls(**values)
+        cfg = cls(**dict(values))
     except ValidationError as exc:
-        raise ConfigError(format_errors(cls, exc, stage, value_origins(params, stage, profile))) from None
+        raise ConfigError(format_errors(cls, exc, stage, origins)) from None
+    problems = cfg.machine_problems()
+    if problems:
+        def name(key):
+            section = (origins or {}).get(key, stage)
+            return f"{section}.{short_key(key)}" if section else short_key(key)
+        raise ConfigError("\n".join(clip_line(f"{name(k)}: {msg}") for k, msg in problems))
+    return cfg
 
 
 def value_origins(params: Mapping[str, Any], stage: str, profile: str = DEFAULT_PROFILE) -> dict[str, str]:
@@ -820,8 +840,8 @@ def partition_problems(spec, key: str = "partition", allow_natural: bool = True,
             problems.append((f"{key}.{k}", f"must be a number > 0 ({what[k]}; finite), got {short_repr(spec[k])}"))
         elif k in spec and scheme == "dirichlet" and spec[k] < DIRICHLET_BETA_MIN:
             problems.append((f"{key}.{k}", f"{short_repr(spec[k])} is below {DIRICHLET_BETA_MIN:g}: the Dirichlet "
-                                           f"draws then give (almost) every sample to one client, and the partition cannot "
-                                           f"give each client 2 samples; allowed: >= {DIRICHLET_BETA_MIN:g}"))
+                                           f"draws then give (almost) every sample to one client, and the partition "
+                                           f"cannot give each client 2 samples; allowed: >= {DIRICHLET_BETA_MIN:g}"))
     return problems
 
 

@@ -42,7 +42,7 @@ def test_stage_values_add_runner_paths():
     ("methods", ["perm2"], r"methods: must be a non-empty list from .*unknown: \['perm2'\]"),
     ("rounds", "many", r"rounds: Input should be a valid integer"),
     ("device", "tpu", r"device: must be one of \('auto', 'cpu', 'cuda'\)"),
-    ("roudns", 5, r"roudns: unknown key \(value 5\); allowed keys: .*rounds"),
+    ("roudns", 5, r"roudns: unknown key \(did you mean .rounds.\?\) \(value 5\); allowed keys: .*rounds"),
 ])
 def test_bad_values_are_rejected(key, value, match):
     params = load_params(ROOT / "params.yaml")

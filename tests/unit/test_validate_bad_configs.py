@@ -385,7 +385,7 @@ def test_profile_overlays_replace_keys_and_name_their_outputs():
 
 @pytest.mark.parametrize("change, match", [
     (lambda p: p["profiles"].update(tiny={"perm_fig1": {"rounds": 0}}),
-     r"profiles\.tiny: perm_fig1\.rounds: .*greater than or equal to 1"),
+     r"profiles\.tiny\.perm_fig1\.rounds: .*greater than or equal to 1"),
     (lambda p: p["profiles"].update(tiny={"perm_fig99": {"rounds": 1}}),
      r"profiles\.tiny\.perm_fig99: not a stage section of params\.yaml"),
     (lambda p: p["profiles"].update(tiny={"perm_fig1": {"results_dir": "x"}}),

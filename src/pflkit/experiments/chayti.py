@@ -19,7 +19,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from .. import seeds
 from ..algorithms.collaborative import BC, WGA, Alone, CollaborativeRun, run, tune_step_size
-from ..config import SCALE_MAX, PositiveInt, Positives, Section, Seed, StageConfig, raise_problems
+from ..config import PositiveInt, Scale, Positives, Section, Seed, StageConfig, raise_problems
 from ..data.quadratic_users import NoisyQuadraticUsers
 from ..device import resolve_device
 from ..progress import note
@@ -34,9 +34,9 @@ DATA_LABEL = "noisy quadratic users (1-D)"
 class QuadraticConfig(StageConfig):
     """Problem and run fields shared by the simulation figures."""
     n_collaborators: int = Field(10, ge=1)
-    sigma: float = Field(1.0, gt=0, le=SCALE_MAX)
-    zeta: float = Field(1.0, ge=0, le=SCALE_MAX)
-    x0: float = Field(1.0, ge=-SCALE_MAX, le=SCALE_MAX)
+    sigma: Scale = Field(1.0, gt=0)
+    zeta: Scale = Field(1.0, ge=0)
+    x0: Scale = 1.0
     steps: int = Field(5000, ge=1)
     runs: int = Field(100, ge=2)
     record_every: int = Field(10, ge=1)
@@ -70,7 +70,7 @@ class ChaytiFig1Config(StageConfig):
     check_runs: int = Field(400, ge=2)
     check_burn_in: int = Field(150, ge=0)
     check_steps: int = Field(400, ge=1)
-    sigma: float = Field(1.0, gt=0, le=SCALE_MAX)
+    sigma: Scale = Field(1.0, gt=0)
     seed: Seed = 0
 
     def memory_estimate(self) -> tuple[int, str]:
@@ -106,7 +106,7 @@ Rate = Annotated[float, AfterValidator(_resolvable)]
 
 class Fig2Panel(Section):
     label: str
-    x0: float = Field(ge=-SCALE_MAX, le=SCALE_MAX)
+    x0: Scale
     eta_bc: Rate = Field(gt=0, lt=1)
     b: Rate = Field(ge=0, le=1)
 
@@ -128,12 +128,12 @@ class SweepConfig(QuadraticConfig):
 class ChaytiFig3Config(SweepConfig):
     """Fig. 3: BC for several zeta (fixed eta, a, b)."""
     b: Rate = Field(0.01, ge=0, le=1)
-    zetas: list[Annotated[float, Field(ge=-SCALE_MAX, le=SCALE_MAX)]] = Field(min_length=1)
+    zetas: list[Scale] = Field(min_length=1)
 
 
 class ChaytiFig4Config(SweepConfig):
     """Fig. 4: WGA for several zeta (fixed eta, a)."""
-    zetas: list[Annotated[float, Field(ge=-SCALE_MAX, le=SCALE_MAX)]] = Field(min_length=1)
+    zetas: list[Scale] = Field(min_length=1)
 
 
 class ChaytiFig5Config(SweepConfig):
