@@ -70,8 +70,10 @@ MACHINE = [  # limits of the machine, checked before any work
     ("charles_theory", "charles_theory.num_clients", 2**31, r"charles_theory\.num_clients: the stage would need"),
     ("charles_theory", "charles_theory.batch_size", 10**12, r"charles_theory\.batch_size: the stage would need"),
     ("charles_fig3", "charles_fig3.num_k", 2**70, r"charles_fig3\.num_k: the stage would need"),
-    ("perm_fig1", "perm_fig1.seeds", [2**70], rf"perm_fig1\.seeds\.0: Input should be less than or equal to {SEED_MAX}"),
-    ("perm_hetero", "perm_hetero.budget_seed", 2**64, rf"perm_hetero\.budget_seed: .* less than or equal to {SEED_MAX}"),
+    ("perm_fig1", "perm_fig1.seeds", [2**70],
+     rf"perm_fig1\.seeds\.0: Input should be less than or equal to {SEED_MAX}"),
+    ("perm_hetero", "perm_hetero.budget_seed", 2**64,
+     rf"perm_hetero\.budget_seed: .* less than or equal to {SEED_MAX}"),
 ]
 
 
