@@ -180,7 +180,7 @@ def run_smoke(stage: str, params_file: Path, out: Path) -> None:
 
 
 @pytest.mark.filterwarnings("ignore")
-@settings(max_examples=int(os.environ.get("PFLKIT_PROPERTY_EXAMPLES", "120")), deadline=None, derandomize=True,
+@settings(max_examples=int(os.environ.get("PFLKIT_PROPERTY_EXAMPLES", "400")), deadline=None, derandomize=True,
           database=None, suppress_health_check=list(HealthCheck), print_blob=True)
 @given(case=mutations())
 def test_a_mutated_params_file_is_rejected_naming_a_key_or_runs(case, tmp_path_factory):
