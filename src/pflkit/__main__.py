@@ -53,11 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "data":
             from .config import load_params
-            from .data.prepared import describe, prepare
+            from .data.prepared import PrepareWriteError, describe, prepare
             try:
                 for folder in prepare(args.key, load_params(args.params)):
                     print(describe(folder))
-            except ValueError as exc:
+            except (ValueError, PrepareWriteError) as exc:
                 print(f"data {args.key}: {exc}", file=sys.stderr)
                 return 1
         elif args.command == "stage":

@@ -9,9 +9,10 @@ Kernels run over IPC (Unix sockets), not TCP.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import shlex
 import shutil
-import stat
 import sys
 import tempfile
 import threading
@@ -23,7 +24,7 @@ from typing import Iterator
 import yaml
 
 from .config import DEFAULT_PROFILE, PARAMS_ENV, REQUIRE_PREPARED_ENV, ConfigError, load_params, validate_stage
-from .paths import project_root
+from .paths import link_problem, project_root, why_unwritable as _why_unwritable
 
 KERNEL = "pflkit"
 
@@ -113,10 +114,75 @@ def execute_notebook(input_path: str | Path, output_path: str | Path | None, cwd
     import papermill
 
     with ipc_kernel() as manager:
-        nb = papermill.execute_notebook(str(input_path), None if output_path is None else str(output_path),
+        nb = papermill.execute_notebook(str(input_path), None if output_path is None else _SAVES.url(output_path),
                                         parameters=parameters, kernel_name=kernel_name(), cwd=str(cwd),
                                         progress_bar=False, kernel_manager_class=manager)
     return drop_blank_stderr(nb)
+
+
+class _WholeSaves:
+    """papermill I/O handler for ``pflkit-run:<path>`` (the notebook a run saves as it goes): each save is
+    written whole (a ``.part`` file beside it, flushed to disk, then renamed) and its text is kept in memory
+    (``last``). A save that fails (a full disk) leaves the previous whole save on disk, never a truncated
+    file, and the stage's failure path still has the latest text."""
+
+    SCHEME = "pflkit-run:"
+
+    def __init__(self):
+        self.last: dict[str, str] = {}
+        self._registered = False
+
+    def url(self, path: str | Path) -> str:
+        if not self._registered:
+            from papermill.iorw import papermill_io
+            papermill_io.register(self.SCHEME, self)
+            self._registered = True
+        return self.SCHEME + str(Path(path).resolve())
+
+    def _path(self, url: str) -> Path:
+        return Path(url[len(self.SCHEME):])
+
+    def read(self, url):
+        return self._path(url).read_text(encoding="utf-8")
+
+    def write(self, buf, url):
+        path = self._path(url)
+        self.last[str(path)] = buf
+        _write_whole(path, buf)
+
+    def listdir(self, url):
+        return [self.SCHEME + str(p) for p in self._path(url).iterdir()]
+
+    def pretty_path(self, url):
+        return str(self._path(url))
+
+
+_SAVES = _WholeSaves()
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: into ``<path>.<pid>.part`` beside it (flushed to disk,
+    the usual mode), then renamed; a failed write removes the part file and leaves ``path`` as it was."""
+    from .io import default_file_mode
+
+    part = path.with_name(f"{path.name}.{os.getpid()}.part")
+    try:
+        with open(part, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(part, default_file_mode())
+        os.replace(part, path)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+
+
+def _is_whole_notebook(path: Path) -> bool:
+    try:
+        return isinstance(json.loads(path.read_text(encoding="utf-8")).get("cells"), list)
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def refresh(py_path: str | Path, execute: bool = True, timeout: int = 900) -> Path:
@@ -195,6 +261,42 @@ def profile_path(path: str, profile: str = DEFAULT_PROFILE) -> str:
     return f"build/{profile}/{rest if head == 'results' else path}"
 
 
+def stage_notebook(stage: str, root: Path) -> PurePosixPath | None:
+    """The notebook dvc.yaml's command runs for ``stage`` (``python -m pflkit stage <stage> <notebook>``;
+    dvc.yaml is written from the stage table, ``pflkit.stages``), or None when its command names none."""
+    spec = yaml.safe_load((root / "dvc.yaml").read_text())["stages"].get(stage)
+    if spec is None:
+        raise ConfigError(f"dvc.yaml has no stage {stage!r}")
+    cmd = spec.get("cmd")
+    words = shlex.split(cmd) if isinstance(cmd, str) else []
+    for i in range(len(words) - 2):
+        if words[i] == "stage" and words[i + 1] == stage:
+            return PurePosixPath(words[i + 2])
+    return None
+
+
+def _check_pair(stage: str, notebook: Path, root: Path) -> Path:
+    """``notebook`` (relative to the project) when it is the one dvc.yaml runs for ``stage`` (its ``.ipynb``
+    or its py:percent twin), else :class:`StageError` naming the stage, the given and the expected notebook:
+    a wrong pair would remove another stage's executed report."""
+    given = notebook
+    if notebook.is_absolute():
+        for candidate in (notebook, notebook.resolve()):
+            try:
+                notebook = candidate.relative_to(root)
+                break
+            except ValueError:
+                continue
+    expected = stage_notebook(stage, root)
+    if expected is None:
+        raise StageError(f"stage {stage}: dvc.yaml's command names no notebook, so {given} cannot be checked "
+                         "against it (nothing was run or removed)")
+    if PurePosixPath(notebook.as_posix()) not in (expected, expected.with_suffix(".py")):
+        raise StageError(f"stage {stage}: notebook {given} is not this stage's; dvc.yaml (from pflkit.stages) "
+                         f"runs {expected} for it (nothing was run or removed)")
+    return Path(expected)
+
+
 TWIN_SHA256_ENV = "PFLKIT_TWIN_SHA256"
 
 
@@ -213,10 +315,15 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
     the ``.ipynb`` is not (``pflkit notebooks check`` reports such a pair). The executed copy is built
     in a per-run file ``build/running/<stage>.<pid>.*.ipynb`` (concurrent runs never share one).
 
-    Before any work, each declared output's folder must be writable (else :class:`StageError`
-    naming the folder and why). On any failure -- a cell raising, Ctrl-C, or an OSError such as a
-    full disk while writing the report -- every declared output is removed (no half-written results)
-    and the failed notebook is kept as ``build/failed/<stage>.ipynb``; a success removes a stale one.
+    Before anything is removed or run (else :class:`StageError` naming the path and why): ``notebook`` must
+    be the one dvc.yaml's command names for ``stage`` (``_check_pair``; dvc.yaml is written from
+    ``pflkit.stages``); no declared output, working folder (build/running, build/failed, checkpoints) or folder
+    above one inside the project may be a symbolic link; each must be writable, and an existing output
+    folder must be one whose old contents can be removed. On any failure -- a cell raising, Ctrl-C, or an
+    OSError such as a full disk while writing the report -- every declared output is removed (no
+    half-written results) and the failed notebook is kept whole as ``build/failed/<stage>.ipynb`` (every
+    save of the running notebook is written whole and kept in memory; a copy that cannot be written whole
+    is not kept: never a truncated one); a success removes a stale one.
     Files are written with the usual mode (0o666 & ~umask).
 
     Progress goes to stderr: a start line, each line the kernel writes with
@@ -241,9 +348,7 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
 
     root = project_root()
     cfg = validate_stage(load_params(root / params_file), stage, profile)  # bad input fails before any work
-    notebook = Path(notebook)
-    if notebook.is_absolute():
-        notebook = notebook.relative_to(root)
+    notebook = _check_pair(stage, Path(notebook), root)  # before anything is removed
     twin = root / twin_of(notebook)
     if not twin.is_file():
         raise StageError(f"stage {stage}: no py:percent twin {twin_of(notebook)}; the stage executes the twin "
@@ -255,8 +360,10 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
         outputs.append(report)
     running = root / "build" / "running"
     failed = root / "build" / "failed" / f"{stage}.ipynb"
+    checkpoints = root / ("build" if profile == DEFAULT_PROFILE else f"build/{profile}") / "checkpoints"
     _check_writable(stage, root, [p.parent for p in outputs]
-                    + [running, failed.parent, root / cfg.results_dir, root / cfg.figures_dir])
+                    + [running, failed.parent, root / cfg.results_dir, root / cfg.figures_dir, checkpoints],
+                    written=[*outputs, running, failed, root / cfg.results_dir, root / cfg.figures_dir, checkpoints])
 
     code = twin.read_bytes()
     temps: list[Path] = []
@@ -304,9 +411,7 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
                 _remove(path)
             except OSError:
                 left.append(str(path.relative_to(root)))
-        kept = _keep_failed(tmp, failed)
-        where = (f"the executed notebook is in {failed.relative_to(root)}" if kept
-                 else "the executed notebook could not be kept")
+        where = _keep_failed(tmp, failed, _SAVES.last.pop(str(tmp.resolve()), None), root)
         print(f"stage {stage} failed after {time.monotonic() - start:.1f} s; {where}", file=sys.stderr, flush=True)
         if left:
             print(f"stage {stage}: could not remove {', '.join(left)}; delete them by hand", file=sys.stderr)
@@ -315,6 +420,7 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
                              f"({where})") from exc
         raise
     finally:
+        _SAVES.last.pop(str(tmp.resolve()), None)
         for path in temps:
             path.unlink(missing_ok=True)
     failed.unlink(missing_ok=True)  # a failure of an earlier run is stale now
@@ -373,33 +479,29 @@ def _describe(exc: OSError, root: Path) -> str:
     return f"{path}: {exc.strerror or exc}"
 
 
-def _why_unwritable(folder: Path) -> str | None:
-    """Why files cannot be created in ``folder`` (created on demand if missing), or None."""
-    probe = folder
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    missing = "" if probe == folder else "cannot create it: "
-    if not probe.is_dir():
-        return f"{missing}{probe} is a file, not a folder"
-    if not os.access(probe, os.W_OK | os.X_OK):
-        try:
-            readonly_fs = bool(os.statvfs(probe).f_flag & os.ST_RDONLY)
-        except OSError:
-            readonly_fs = False
-        if readonly_fs:
-            return f"{missing}{probe} is on a read-only file system"
-        st = probe.stat()
-        return (f"{missing}{probe} is not writable by this user (permission denied: mode "
-                f"{stat.filemode(st.st_mode)}, owner uid {st.st_uid}, this process uid {os.getuid()})")
-    return None
-
-
-def _check_writable(stage: str, root: Path, folders: list[Path]) -> None:
+def _check_writable(stage: str, root: Path, folders: list[Path], written: list[Path] = ()) -> None:
+    """Refuse (StageError naming each path and why) before any work when a file cannot be created in one of
+    ``folders``; when a path the stage writes (``written``: its declared outputs and working folders) or a
+    folder above it inside the project is a symbolic link or lies outside the project; or when an existing
+    output folder holds a folder it cannot empty (removing the old outputs would stop half-way)."""
     problems = []
+    for path in written:
+        why = link_problem(path, root)
+        if why:
+            problems.append(f"  {why}")
     for folder in dict.fromkeys(folders):  # unique, in order
         why = _why_unwritable(folder)
         if why:
             problems.append(f"  {_rel(folder, root)}: {why.replace(str(root) + os.sep, '')}")
+    for path in written:
+        if path.is_dir() and not path.is_symlink():
+            for inner, _, _ in os.walk(path):
+                why = _why_unwritable(Path(inner))
+                if why:
+                    problems.append(f"  {_rel(Path(inner), root)}: its old contents cannot be removed: "
+                                    f"{why.replace(str(root) + os.sep, '')}")
+                    break
+    problems = list(dict.fromkeys(problems))
     if problems:
         raise StageError(f"stage {stage} cannot write its outputs (nothing was run or removed):\n"
                          + "\n".join(problems))
@@ -440,16 +542,36 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _keep_failed(tmp: Path, failed: Path) -> bool:
-    """Move the (partly) executed notebook to build/failed/; False when it cannot be kept."""
+def _keep_failed(tmp: Path, failed: Path, text: str | None, root: Path) -> str:
+    """Keep the failed run's notebook, whole, as build/failed/<stage>.ipynb and say where it is: the latest
+    save (``text``, from memory) written whole; else, when that cannot be written (a full disk), the last
+    save that reached the disk whole, renamed into place (needs no space). A copy that cannot be kept whole
+    is not kept at all (never a truncated .ipynb), and a stale one from an earlier run is removed."""
+    name = _rel(failed, root)
+    why = None
     try:
-        if not tmp.exists():
-            return False
+        failed.unlink(missing_ok=True)
         failed.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, failed)
-        return True
-    except OSError:
-        return False
+        if text is not None:
+            try:
+                _write_whole(failed, text)
+                return f"the executed notebook is in {name}"
+            except OSError as exc:
+                why = _describe(exc, root)
+        if _is_whole_notebook(tmp):
+            os.replace(tmp, failed)
+            return (f"the executed notebook is in {name}" if why is None else
+                    f"the notebook as last saved during the run is in {name} (its final state could not be "
+                    f"written: {why})")
+    except OSError as exc:
+        why = _describe(exc, root)
+    for path in (failed, tmp):
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:
+            pass
+    return (f"the executed notebook could not be kept whole ({why or 'no whole copy was saved'}); "
+            "no partial copy is left")
 
 
 @contextmanager

@@ -60,6 +60,10 @@ class PreparedFileError(PreparedDataError):
         super().__init__(f"{_shown(path)}: {problem}; {_rerun(stage)}")
 
 
+class PrepareWriteError(RuntimeError):
+    """A data stage cannot write its prepared folder: the one-line message names the path and why."""
+
+
 # --------------------------------------------------------------------------- params.yaml `data`
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
@@ -144,8 +148,12 @@ def write_folder(folder: Path, arrays: dict[str, np.ndarray], manifest: dict) ->
 
     from ..io import default_file_mode
     folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    except OSError as exc:
+        raise _write_error(folder, exc) from None
+    old = None
     try:
         files = {}
         for name, array in sorted(arrays.items()):
@@ -159,17 +167,24 @@ def write_folder(folder: Path, arrays: dict[str, np.ndarray], manifest: dict) ->
         for p in tmp.iterdir():
             os.chmod(p, mode)
         os.chmod(tmp, mode | 0o111)
-        old = None
         if folder.exists():
-            old = folder.with_name(f".{folder.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(folder, old)
+            backup = folder.with_name(f".{folder.name}.old")
+            shutil.rmtree(backup, ignore_errors=True)
+            os.replace(folder, backup)
+            old = backup
         os.replace(tmp, folder)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and not folder.exists():
+            try:
+                os.replace(old, folder)  # the previous folder back in place
+            except OSError:
+                pass
+        if isinstance(exc, OSError):
+            raise _write_error(folder, exc) from None
         raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
     return folder
 
 
@@ -266,6 +281,22 @@ def _sha256(path: Path, st: os.stat_result) -> str:
     if cache is not None:
         _save_cache(cache, {key: (ident, digest)})
     return digest
+
+
+def _write_error(folder: Path, exc: OSError) -> PrepareWriteError:
+    where = exc.filename if exc.filename is not None else folder
+    return PrepareWriteError(f"cannot write {folder}: {where}: {exc.strerror or exc} (the previous prepared "
+                             "folder, if any, is left as it was)")
+
+
+def output_problem(folder: Path, root: Path) -> str | None:
+    """Why a data stage cannot write its prepared ``folder`` (None: it can): it, or a folder above it inside the
+    project, is a symbolic link or lies outside the project; its parent (where the new copy is built and renamed
+    into place) or the folder itself (replaced, then removed) is not writable."""
+    from ..paths import link_problem, why_unwritable
+    why = link_problem(folder, root) or why_unwritable(folder.parent) or (why_unwritable(folder) if folder.is_dir()
+                                                                          else None)
+    return None if why is None else why.replace(str(root) + os.sep, "")
 
 
 def read_manifest(folder: Path) -> dict | None:
@@ -531,8 +562,14 @@ def prepare(key: str, params: dict, root: Path | None = None) -> list[Path]:
     problems = data_section_problems(params.get("data") or {})
     if problems:
         raise ValueError("\n".join(problems))
-    root = Path(root or project_root())
+    root = Path(root or project_root()).resolve()
     spec = DATA_BY_KEY[key]
+    # where it writes, checked before any work: a symbolic link or a read-only folder is named, nothing is done
+    outs = ([root / out for stage, out in zip(spec.params, spec.out_paths) if stage in params]
+            if key == "perm_synthetic" else [root / out for out in spec.out_paths])
+    problems = [f"{out.relative_to(root)}: {why}" for out in outs if (why := output_problem(out, root))]
+    if problems:
+        raise PrepareWriteError(f"cannot write {'; '.join(problems)} (nothing was prepared)")
     if key == "perm_synthetic":
         written = []
         for stage, out in zip(spec.params, spec.out_paths):

@@ -642,8 +642,41 @@ class PermFig2Config(ImageCurvesConfig):
     pass
 
 
+def alpha_folder(results_dir: str, stage: str) -> str:
+    """perm_fig4's models folder for the run whose results go to ``results_dir`` (a perm_fig4 or perm_fig5
+    run): models/perm_fig4 for the pipeline, build/<profile>/perm_fig4/models for a profile's run."""
+    from pathlib import PurePosixPath
+
+    from ..model_store import models_dir_of
+    fig4 = results_dir if stage == "perm_fig4" else str(PurePosixPath(results_dir).parent / "perm_fig4")
+    return models_dir_of(fig4, "perm_fig4")
+
+
+def alpha_file_problem(value: str, results_dir: str, stage: str) -> str | None:
+    """Why ``alpha_file`` is not allowed (None: it is): Fig. 4 writes it and Fig. 5 reads it, so it must be a
+    relative ``.npz`` path inside perm_fig4's models folder (a DVC output), never elsewhere."""
+    from pathlib import PurePosixPath
+
+    from ..config import short_repr
+    folder = PurePosixPath(alpha_folder(results_dir, stage))
+    path = PurePosixPath(value)
+    inside = (not path.is_absolute() and "\\" not in value and ".." not in path.parts
+              and path.parts[:len(folder.parts)] == folder.parts and len(path.parts) > len(folder.parts)
+              and path.suffix == ".npz")
+    if inside:
+        return None
+    return (f"{short_repr(value)} is not allowed; allowed: a relative path <name>.npz inside {folder}/ "
+            "(perm_fig4's models folder: a DVC output), without '..'")
+
+
 class PermFig4Config(ImageCurvesConfig):
-    alpha_file: str  # PERM's final alpha (first seed), read by Fig. 5
+    alpha_file: str  # PERM's final alpha (first seed), read by Fig. 5; inside models/perm_fig4/ (alpha_folder)
+
+    @model_validator(mode="after")
+    def _alpha_file_inside_models(self):
+        why = alpha_file_problem(self.alpha_file, self.results_dir, self.stage)
+        raise_problems([("alpha_file", why)] if why else [])
+        return self
 
     @model_validator(mode="after")
     def _perm_runs(self):
@@ -785,7 +818,13 @@ def load_alpha(path) -> dict:
 
 
 class PermFig5Config(StageConfig):
-    alpha_file: str
+    alpha_file: str  # what perm_fig4 wrote: inside its models folder (alpha_folder)
+
+    @model_validator(mode="after")
+    def _alpha_file_inside_models(self):
+        why = alpha_file_problem(self.alpha_file, self.results_dir, self.stage)
+        raise_problems([("alpha_file", why)] if why else [])
+        return self
 
 
 # --------------------------------------------------------------------------- Fig. 3: round time
