@@ -3,38 +3,68 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import PurePosixPath
+
+
+EXAMPLES = {
+    "data": "python -m pflkit data fashion_mnist",
+    "stage": "python -m pflkit stage perm_fig1                  (the notebook is the stage table's)\n"
+             "  python -m pflkit stage perm_fig1 --profile smoke  (outputs under build/smoke/)",
+    "reproduce": "python -m pflkit reproduce --profile smoke --stages perm_fig1,perm_fig1_plot",
+    "validate": "python -m pflkit validate",
+    "tune": "python -m pflkit tune perm_fig1 --grid 0.1,0.5,1.0 --profile smoke",
+    "notebooks": "python -m pflkit notebooks check",
+}
+
+
+def unknown_stage(name: str, known) -> str | None:
+    """None when ``name`` is a stage of ``known``; else the message, with the closest names."""
+    import difflib
+    known = sorted(known)
+    if name in known:
+        return None
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    hint = f"did you mean {', '.join(close)}?" if close else f"stages: {', '.join(known)}"
+    return f"unknown stage {name!r}; {hint}"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pflkit", description=__doc__)
+    parser = argparse.ArgumentParser(prog="pflkit", description=__doc__,
+                                     epilog="examples:\n  " + "\n  ".join(EXAMPLES.values()),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("data", help="prepare one dataset under data/prepared/ (what dvc.yaml's data stages call)")
+    def add(name: str, help: str):
+        return sub.add_parser(name, help=help, description=help, epilog=f"example:\n  {EXAMPLES[name]}",
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    p = add("data", help="prepare one dataset under data/prepared/ (what dvc.yaml's data stages call)")
     p.add_argument("key", help="a data stage key: fashion_mnist, mnist, cifar10, emnist, femnist, cifar100, "
                                "shakespeare, perm_synthetic")
     p.add_argument("--params", default="params.yaml")
 
-    p = sub.add_parser("stage", help="run one notebook stage at params.yaml scale (what dvc.yaml calls)")
-    p.add_argument("stage")
-    p.add_argument("notebook")
+    p = add("stage", help="run one notebook stage at params.yaml scale (what dvc.yaml calls)")
+    p.add_argument("stage", help="a notebook stage of pflkit.stages (dvc.yaml's names)")
+    p.add_argument("notebook", nargs="?", default=None,
+                   help="its notebook (default: the one the stage table names; dvc.yaml passes it)")
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--profile", default="default", help="params.yaml profile (default: the sections as written, "
                                                           "what dvc.yaml runs; another writes under build/<profile>/)")
 
-    p = sub.add_parser("reproduce", help="run every stage (in pipeline order) under a params.yaml profile, outputs "
+    p = add("reproduce", help="run every stage (in pipeline order) under a params.yaml profile, outputs "
                                          "under build/<profile>/, then its claims ledger; `dvc repro` runs the "
                                          "default profile")
     p.add_argument("--profile", required=True)
     p.add_argument("--stages", default=None, help="comma-separated stage names (default: all)")
     p.add_argument("--params", default="params.yaml")
 
-    p = sub.add_parser("validate", help="check every section of params.yaml, and that every stage of dvc.yaml "
+    p = add("validate", help="check every section of params.yaml, and that every stage of dvc.yaml "
                                         "has a valid section; run nothing")
     p.add_argument("params", nargs="?", default="params.yaml")
     p.add_argument("--dvc", default=None, help="the dvc.yaml whose stages need sections "
                                                "(default: dvc.yaml beside the params file, if there is one)")
 
-    p = sub.add_parser("tune", help="learning-rate sweep of every method of a curve stage (same round budget)")
+    p = add("tune", help="learning-rate sweep of every method of a curve stage (same round budget)")
     p.add_argument("stage")
     p.add_argument("--grid", default="0.01,0.02,0.05,0.1,0.2,0.5,1.0")
     p.add_argument("--methods", default=None, help="comma-separated method keys (default: the stage's)")
@@ -43,11 +73,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", default="default", help="params.yaml profile of the stage's values "
                                                           "(default: the section as written; smoke: a quick try)")
 
-    p = sub.add_parser("notebooks", help="notebook twins: refresh (py -> executed ipynb) or check")
+    p = add("notebooks", help="notebook twins: refresh (py -> executed ipynb) or check")
     p.add_argument("action", choices=["refresh", "check"])
     p.add_argument("paths", nargs="*", help="py:percent twins to refresh (default: all)")
 
     args = parser.parse_args(argv)
+    from . import stages as stage_table  # imports nothing else: unknown names are refused at once
+    named = {"stage": [args.stage] if args.command == "stage" else [],
+             "tune": [args.stage] if args.command == "tune" else [],
+             "reproduce": (args.stages.split(",") if args.stages else []) if args.command == "reproduce" else []}
+    known = {"tune": stage_table.tunable()}.get(args.command, [s.name for s in stage_table.STAGES])
+    for name in named.get(args.command, []):
+        if args.command == "tune" and stage_table.get(name) is not None and name not in known:
+            print(f"tune: cannot tune stage {name!r} (it has no learning-rate sweep); stages it can tune: "
+                  f"{', '.join(known)}", file=sys.stderr)
+            return 1
+        why = unknown_stage(name, known)
+        if why:
+            print(f"{args.command}: {why}", file=sys.stderr)
+            return 2
     from .config import ConfigError
 
     try:
@@ -62,10 +106,11 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
         elif args.command == "stage":
             from papermill.exceptions import PapermillExecutionError
+            notebook = args.notebook or str(PurePosixPath(stage_table.get(args.stage).notebook).with_suffix(".ipynb"))
 
             from .notebooks import StageError, run_stage
             try:
-                report = run_stage(args.stage, args.notebook, args.params, args.profile)
+                report = run_stage(args.stage, notebook, args.params, args.profile)
             except StageError as exc:  # a path and a reason: no traceback
                 print(exc, file=sys.stderr)
                 return 1
@@ -84,11 +129,6 @@ def main(argv: list[str] | None = None) -> int:
             from .config import load_params, validate_stage
             from .io import write_csv
             entry = stages.get(args.stage)
-            if entry is None or entry.tune is None:
-                why = "no such stage" if entry is None else "it has no learning-rate sweep"
-                print(f"tune: cannot tune stage {args.stage!r} ({why}); stages it can tune: "
-                      f"{', '.join(stages.tunable())}", file=sys.stderr)
-                return 1
             cfg = validate_stage(load_params(args.params), args.stage, args.profile)
             lr_sweep = stages.resolve(entry.tune)  # the stage's sweep, e.g. pflkit.experiments.perm:lr_sweep
             table = lr_sweep(cfg, [float(x) for x in args.grid.split(",")],

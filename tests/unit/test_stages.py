@@ -79,13 +79,14 @@ def test_data_imports_nothing_of_the_engine():
     assert not [p for p in found if "engine" in p.relative_to(ROOT / "src").parts]
 
 
-@pytest.mark.parametrize("stage, why", [("chayti_fig2", "it has no learning-rate sweep"),
-                                        ("nope", "no such stage")])
-def test_tune_refuses_a_stage_it_cannot_sweep(stage, why, capsys):
-    assert main(["tune", stage, "--params", str(ROOT / "params.yaml")]) == 1
+@pytest.mark.parametrize("stage, rc, why", [("chayti_fig2", 1, "cannot tune stage 'chayti_fig2' (it has no "
+                                                                "learning-rate sweep); stages it can tune: "),
+                                            ("nope", 2, "unknown stage 'nope'; stages: ")])
+def test_tune_refuses_a_stage_it_cannot_sweep(stage, rc, why, capsys):
+    assert main(["tune", stage, "--params", str(ROOT / "params.yaml")]) == rc
     err = capsys.readouterr().err
-    assert f"cannot tune stage {stage!r} ({why})" in err
-    assert "stages it can tune: perm_fig1, perm_fig2, perm_fig4" in err
+    assert why in err
+    assert "perm_fig1, perm_fig2, perm_fig4" in err
     assert "Traceback" not in err
 
 
