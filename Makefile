@@ -2,8 +2,9 @@
 #   make reproduce   set up .venv if missing, fetch offline data, run the whole DVC pipeline
 #                    (PROFILE=paper: every stage at the papers' settings, under build/paper/, outside DVC)
 #   make test        set up .venv if missing, lint (ruff check), run every notebook (nbval), the
-#                    smoke-result regression, unit and integration tests (Flower's tests skip unless the
-#                    extra is installed: `make flower`, which `make reproduce` and CI run)
+#                    smoke-result regression, unit and integration tests, on both cores (Flower's tests skip
+#                    unless the extra is installed: `make flower`, which `make reproduce` and CI run)
+#   make test-fast   lint and the fast unit tests (the inner loop, under 2 minutes)
 # Torch threads follow OMP_NUM_THREADS (params.yaml `threads: auto`): OMP_NUM_THREADS=2 make test.
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -16,7 +17,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 NBVAL := --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: reproduce test lint test-notebooks check-lock setup flower kernel data notebooks bench validate clean
+.PHONY: reproduce test test-fast lint test-notebooks check-lock setup flower kernel data notebooks bench validate clean
 
 # torch==2.13.0 first: the CPU build this workplace serves locally (a bare `torch` pulls CUDA wheels)
 $(STAMP): pyproject.toml
@@ -53,11 +54,20 @@ else
 	$(PY) -m pflkit reproduce --profile $(PROFILE)
 endif
 
-# lint first (ruff, configured in pyproject.toml); then notebooks: nbval executes each one with its smoke
-# defaults, writing build/smoke/<stage>/, which tests/regression then compares with the expected values
-# within measured tolerances
+# lint first (ruff, configured in pyproject.toml); then, on both cores at once: the notebooks (nbval executes
+# each one with its smoke defaults, writing build/smoke/<stage>/, which tests/regression then compares with
+# the expected values within measured tolerances; one process, in order, its report printed at the end) and
+# the unit and integration tests over two pytest-xdist workers (tests/conftest.py keeps Flower's in one)
 test: setup data lint
-	$(PY) -m pytest notebooks tests $(NBVAL)
+	@mkdir -p build
+	@$(PY) -m pytest notebooks tests/regression $(NBVAL) > build/test-notebooks.log 2>&1 & nb=$$!; \
+	$(PY) -m pytest tests/unit tests/integration -n 2 --dist loadgroup; rc=$$?; \
+	wait $$nb; nbrc=$$?; echo "--- notebooks and the smoke-result regression (build/test-notebooks.log):"; \
+	cat build/test-notebooks.log; test $$rc -eq 0 -a $$nbrc -eq 0
+
+# the inner loop (under 2 minutes): lint and the unit tests not marked slow, on both cores
+test-fast: setup lint
+	$(PY) -m pytest tests/unit -n 2 --dist loadgroup -m "not slow" -q
 
 # ruff check (pyflakes, pycodestyle, bugbear; settings in pyproject.toml [tool.ruff])
 lint: setup

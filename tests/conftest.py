@@ -28,29 +28,13 @@ def _threads():
     yield
 
 
+
 # --------------------------------------------------------------------------- running on both cores
-# `make test` spreads the suite over two pytest-xdist workers (``-n 2 --dist loadgroup``). What must run in
-# one process, in collection order, is one xdist group: a compute notebook (nbval writes its smoke results
-# to build/smoke/<stage>), the plot notebook that reads them and the regression test that compares them;
-# and the Flower tests (Ray and the deployment engine start local servers: never two runs at once).
-def _group_of(item) -> str | None:
-    from pathlib import Path
-
-    from pflkit import stages
-    path = Path(str(item.fspath))
-    if path.suffix == ".ipynb":
-        rel = path.relative_to(Path(__file__).resolve().parents[1]).with_suffix(".py").as_posix()
-        stage = next((s for s in stages.STAGES if s.notebook == rel), None)
-        return None if stage is None else f"stage-{stage.source or stage.name}"
-    if path.name == "test_smoke_results.py" and hasattr(item, "callspec") and "nb" in item.callspec.params:
-        return f"stage-{item.callspec.params['nb'].stage}"
-    if "flower" in path.name:
-        return "flower"
-    return None
-
-
+# `make test` runs the unit and integration tests over two pytest-xdist workers (``-n 2 --dist loadgroup``)
+# beside the notebooks (their own process: a plot notebook reads what its compute notebook wrote). The
+# Flower tests are one xdist group: Ray and the deployment engine start local servers, never two at once.
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group markers
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        group = _group_of(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+        if "flower" in item.path.name:
+            item.add_marker(pytest.mark.xdist_group("flower"))

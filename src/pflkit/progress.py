@@ -28,8 +28,10 @@ def note(message: str) -> None:
 
 
 def bar(total: int, desc: str, disable: bool = False, **kwargs) -> tqdm:
-    """The shared progress bar: a widget in JupyterLab, text in a terminal; cleared when done."""
-    return tqdm(total=total, desc=desc, disable=disable, leave=False, **kwargs)
+    """The shared progress bar: a widget in JupyterLab (ipywidgets), text in a terminal; cleared when done.
+    Off inside a stage run (``PFLKIT_PROGRESS`` set): there the terminal gets :func:`note`'s lines, and the
+    executed report in reports/ keeps no progress-bar outputs."""
+    return tqdm(total=total, desc=desc, disable=disable or bool(os.environ.get(ENV)), leave=False, **kwargs)
 
 
 class Timer:

@@ -208,11 +208,12 @@ def test_reproduce_runs_a_profile_under_build_records_its_runtime_and_writes_its
     ledger = (proj / "build/quick/claims.csv").read_text()
     assert ledger.count(",quick,") == len(claims) and "not run" in ledger  # default has not run here
 
-    for args, message in ((["--profile", "default"], "the default profile is what `dvc repro` runs"),
-                          (["--profile", "quick", "--stages", "nope"], "stages: unknown ['nope']; allowed:"),
-                          (["--profile", "nope"], "profile: unknown profile 'nope'")):
+    for args, rc, message in ((["--profile", "default"], 1, "the default profile is what `dvc repro` runs"),
+                              (["--profile", "quick", "--stages", "nope"], 2,
+                               "reproduce: unknown stage 'nope'; stages:"),
+                              (["--profile", "nope"], 1, "profile: unknown profile 'nope'")):
         out = _run([sys.executable, "-m", "pflkit", "reproduce", *args], proj, check=False)
-        assert out.returncode == 1 and message in out.stderr, out.stderr
+        assert out.returncode == rc and message in out.stderr, out.stderr
 
 
 def _ran(out: str) -> set[str]:
