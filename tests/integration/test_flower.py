@@ -91,7 +91,8 @@ def test_a_client_dying_mid_run_stops_the_run_with_a_clear_error(tmp_path):
     no process is left."""
     dep = Deployment(DATA["num_clients"], tmp_path)
     with dep:
-        handle = dep.submit(_specs(rounds=50, timeout=15.0)[1:])  # PERM
+        # 45 s: long enough for 3 SuperNodes to register while `make test` keeps both cores busy (15 s was not)
+        handle = dep.submit(_specs(rounds=50, timeout=45.0)[1:])  # PERM
         deadline = time.monotonic() + 300
         while handle.progress() < 1 and handle.proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.5)
