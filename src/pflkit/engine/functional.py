@@ -24,8 +24,9 @@ class FunctionalModel:
     ``stacked`` picks how N models run. ``"dense"`` (default): plain ``nn.Sequential`` models of
     Flatten / Linear / ReLU run as stacked tensor ops with a hand-written backward
     (``engine.stacked``; 5x faster than vmap for logistic regression). ``"all"`` also stacks
-    Conv2d / MaxPool2d networks (one grouped convolution; measured within 5% of vmap on CPU, where
-    the convolutions dominate, so vmap stays the default there). ``False``: always
+    Conv2d / MaxPool2d networks' gradients and evaluation (one grouped convolution under autograd;
+    measured within 5% of vmap on CPU, where the convolutions dominate, so vmap stays the default
+    there; a CNN's K-step client update is ``engine.stacked_conv`` under either setting). ``False``: always
     ``vmap(grad_and_value(loss))``, which is also used for any other module, inside torch.func
     transforms and for parameters that require grad. Every path gives the gradient of the same loss.
 

@@ -13,7 +13,9 @@ Dense networks (Flatten / Linear / ReLU only) get a hand-written backward pass: 
 cross-entropy gradient dz = (softmax(z) - onehot(y)) w_b with w_b = 1/B (or mask / sum(mask)),
 then dW = dz^T h, db = sum_b dz, dh = dz W, ReLU passes dh where z > 0 -- exactly the chain rule
 autograd applies, with no graph bookkeeping. Networks with convolutions run the stacked forward
-under ordinary autograd. Any other module falls back to ``vmap(grad)`` in ``FunctionalModel``.
+under ordinary autograd (``FunctionalModel(stacked="all")``), and their K plain SGD steps in
+``engine.stacked_conv`` (``sgd_steps``, under every ``stacked`` but False). Any other module falls back
+to ``vmap(grad)`` in ``FunctionalModel``.
 
 **K steps at once** (``sgd_steps``, what ``local_sgd`` runs for plain SGD on a dense network): the
 same backward with activations laid out [N, features, B] (classes before samples), so the softmax
