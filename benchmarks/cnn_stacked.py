@@ -18,8 +18,9 @@ round before and after, and the speed/overhead benchmarks before and after.
    as ``<out>/cnn_stacked/perm_fig2_{before,after}.{json,md}`` (``--estimates before,after`` picks which
    to run again; ``none`` reuses both).
 3. **Other workloads.** speed.py's and overhead.py's results before (``<out>/cnn_stacked/*_before.json``:
-   the files as committed before the change) and now (``<out>/speed.json``, ``<out>/overhead_cpu.json``:
-   run speed.py and overhead.py first).
+   the scripts of the checkout before the change, run on the same machine with ``--out`` there) and now
+   (``<out>/speed.json``, ``<out>/overhead_cpu.json``: run speed.py and overhead.py first). The table
+   names both runs' machines: compare only rows measured on the same one.
 
 Writes ``<out>/cnn_stacked.json`` and ``<out>/cnn_stacked.md``; GPU rows say "not measured (no device
 lent)" unless a CUDA device ran the layouts.
@@ -170,8 +171,9 @@ def markdown(res: dict) -> str:
         lines.append("(no estimate files: run with --before and --estimates before,after)")
     sp = _pairs(res.get("speed_before"), res.get("speed_after"), lambda r: (r["label"], r["algorithm"], r["threads"]))
     if sp:
-        lines += ["", "**speed.py** (batched vs the per-client reference loop; before = the results committed "
-                  "before the change, after = this run):", "",
+        lines += ["", "**speed.py** (batched vs the per-client reference loop; before = the commit before the change, "
+                  f"after = this tree; machines: before {res.get('speed_before_machine')}, after "
+                  f"{res.get('speed_after_machine')}):", "",
                   "| workload | round | threads | batched ms before | batched ms after | reference ms before | "
                   "reference ms after | speedup before | speedup after |", "|---|---|---|---|---|---|---|---|---|"]
         for (label, alg, thr), rb, ra in sp:
@@ -180,7 +182,8 @@ def markdown(res: dict) -> str:
                          f"{_ms(ra['reference']['median_s'])} | {rb['speedup']:.1f}x | {ra['speedup']:.1f}x |")
     ov = _pairs(res.get("overhead_before"), res.get("overhead_after"), lambda r: r["label"])
     if ov:
-        lines += ["", "**overhead.py**, K steps at once vs one step at a time (1 thread, FedAvg round):", "",
+        lines += ["", "**overhead.py**, K steps at once vs one step at a time (1 thread, FedAvg round; machines: "
+                  f"before {res.get('overhead_before_machine')}, after {res.get('overhead_after_machine')}):", "",
                   "| workload | K-step round ms before | K-step round ms after | speedup over one step at a time "
                   "before | after |", "|---|---|---|---|---|"]
         for label, rb, ra in ov:
@@ -234,8 +237,10 @@ def main(argv=None) -> dict:
     for name, after in (("speed", out / "speed.json"), ("overhead", out / f"overhead_{device.type}.json")):
         before = folder / f"{after.stem}_before.json"
         key = "speed" if name == "speed" else "steps"
-        res[f"{name}_before"] = json.loads(before.read_text())[key] if before.is_file() else None
-        res[f"{name}_after"] = json.loads(after.read_text())[key] if after.is_file() else None
+        for when, path in (("before", before), ("after", after)):
+            got = json.loads(path.read_text()) if path.is_file() else {}
+            res[f"{name}_{when}"] = got.get(key)
+            res[f"{name}_{when}_machine"] = got["machine"]["cpu"] if got else None
     res["wall_s"] = time.perf_counter() - started
     text = markdown(res)
     write_json(out / "cnn_stacked.json", res)
