@@ -20,8 +20,8 @@ round (K = 20 local steps, batch 20) runs under ``torch.profiler``:
   ``sgd_steps`` call, ``engine.stacked``) and with the path it replaced (``fast_steps=False``: one
   ``sgd_step_`` per step, kept as the reference), side by side in one run at 1 thread, repeats
   interleaved, and the largest parameter difference after one round from the same state and draws.
-  Targets: logistic >= 2.5x, MLP and CNN no slower (>= 0.95x: within timing noise; the CNN is not a
-  dense network, so both runs take the same path there).
+  Targets: logistic >= 2.5x, MLP no slower (>= 0.95x: within timing noise), CNN >= 1.5x (issue 31: its
+  K steps in ``engine.stacked_conv``, against vmap one step at a time).
 
 Writes ``<out>/overhead_<device>.json`` and ``.md`` (next to the CPU results when run on a GPU) and
 prints the markdown.
@@ -87,7 +87,7 @@ def split_row(name: str, n: int, steps: int, batch: int, repeats: int, device, q
             "share_of_peak": achieved / peak}
 
 
-STEPS_TARGETS = {"synthetic": 2.5, "mlp": 0.95, "cnn": 0.95}  # reference round / new round
+STEPS_TARGETS = {"synthetic": 2.5, "mlp": 0.95, "cnn": 1.5}  # reference round / new round
 
 
 def steps_row(name: str, n: int, steps: int, batch: int, repeats: int, device, quick: bool) -> dict:

@@ -101,3 +101,14 @@ def test_paper_estimates_multiply_a_timed_round_out_and_say_what_they_skipped(tm
         assert abs(task["seconds"] - task["one_setting_round_s"] * task["settings"] * task["rounds"]) < 0.2
     md = out.with_suffix(".md").read_text()
     assert "| perm_fig4 | smoke | cpu | more than " in md and "NOT perfedavg_fo" in md and "a note" in md
+
+
+def test_cnn_stacked_benchmark_writes_its_table(tmp_path):
+    bench = _load("cnn_stacked")
+    res = bench.main(["--quick", "--out", str(tmp_path)])
+    (row,) = res["layouts"]
+    assert set(row["median_s"]) == {"loop", "grouped", "vmap", "reference"} and min(row["median_s"].values()) > 0
+    assert max(row["max_abs_diff_to_vmap"].values()) < 1e-5  # float32, one round, same draws
+    table = (tmp_path / "cnn_stacked.md").read_text()
+    assert "| tiny CNN | cpu | 1 |" in table and "not measured (no device lent)" in table
+    assert json.loads((tmp_path / "cnn_stacked.json").read_text())["conv_layout"] == {"cpu": "loop"}

@@ -210,9 +210,13 @@ def test_k_step_path_only_where_it_applies():
     assert FunctionalModel(DENSE_CASES["logistic"], fast_steps=False).sgd_steps(params, data, idx, lr) is None
     assert FunctionalModel(DENSE_CASES["logistic"], stacked=False).sgd_steps(params, data, idx, lr) is None
     assert FunctionalModel(DENSE_CASES["logistic"]).sgd_steps(params, data, idx, lr) is not None
-    cnn_model = FunctionalModel(CASES["cnn"][0], stacked="all")
+    # a CNN runs its K steps in engine.stacked_conv (tests/unit/test_engine_stacked_conv.py), except
+    # with a model that has other layers in it
     images = _federation((1, 8, 8), 3)
-    assert cnn_model.sgd_steps(broadcast(cnn_model.init(0), 3), images, idx, lr) is None
+    cnn_model = FunctionalModel(CASES["cnn"][0], stacked="all")
+    assert cnn_model.sgd_steps(broadcast(cnn_model.init(0), 3), images, idx, lr) is not None
+    pooled_first = FunctionalModel(lambda: nn.Sequential(nn.AvgPool2d(2), nn.Flatten(), nn.Linear(16, 3)))
+    assert pooled_first.sgd_steps(broadcast(pooled_first.init(0), 3), images, idx, lr) is None
     with pytest.raises(ValueError, match="fast_steps must be True or False"):
         FunctionalModel(DENSE_CASES["logistic"], fast_steps="yes")
 

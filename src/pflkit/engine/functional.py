@@ -10,7 +10,8 @@ from torch.nn.modules.dropout import _DropoutNd
 from torch.func import functional_call, grad_and_value, vmap
 
 from .params import Params
-from .stacked import StackedSequential, compile_sequential, is_dense
+from .stacked import StackedSequential, compile_sequential
+from .stacked_conv import CONV_LAYOUTS, conv_layout_for
 
 
 class FunctionalModel:
@@ -23,8 +24,9 @@ class FunctionalModel:
     ``stacked`` picks how N models run. ``"dense"`` (default): plain ``nn.Sequential`` models of
     Flatten / Linear / ReLU run as stacked tensor ops with a hand-written backward
     (``engine.stacked``; 5x faster than vmap for logistic regression). ``"all"`` also stacks
-    Conv2d / MaxPool2d networks (one grouped convolution; measured within 5% of vmap on CPU, where
-    the convolutions dominate, so vmap stays the default there). ``False``: always
+    Conv2d / MaxPool2d networks' gradients and evaluation (one grouped convolution under autograd;
+    measured within 5% of vmap on CPU, where the convolutions dominate, so vmap stays the default
+    there; a CNN's K-step client update is ``engine.stacked_conv`` under either setting). ``False``: always
     ``vmap(grad_and_value(loss))``, which is also used for any other module, inside torch.func
     transforms and for parameters that require grad. Every path gives the gradient of the same loss.
 
@@ -32,13 +34,17 @@ class FunctionalModel:
     full-batch gradients) see no dropout. Minibatch training steps (``engine.local_sgd``) call
     ``train_grad``, which runs dropout layers as in training, unless ``dropout=False``.
 
-    ``fast_steps`` (default True): ``local_sgd``'s plain SGD steps on a dense stacked network run K at a
-    time (``sgd_steps``, ``engine.stacked``); False runs them one ``sgd_step_`` at a time, the path
-    the K-step one is tested and benchmarked against (within float rounding of each other).
+    ``fast_steps`` (default True): ``local_sgd``'s plain SGD steps on a dense stacked network, or on a CNN
+    (Conv2d / ReLU / MaxPool2d, Flatten, Linear / ReLU: ``models.cnn``), run K at a time (``sgd_steps``,
+    ``engine.stacked`` / ``engine.stacked_conv``); False runs them one ``sgd_step_`` at a time (for a CNN
+    under the default ``stacked``: vmap), the path the K-step one is tested and benchmarked against
+    (within float rounding of each other). ``conv_layout`` ("loop" | "grouped", default per device type:
+    ``stacked_conv.CONV_LAYOUT``) is how the K-step path runs a CNN's convolutions.
     """
 
     def __init__(self, factory: Callable[[], nn.Module], device: str | torch.device = "cpu",
-                 stacked: bool | str = "dense", dropout: bool = True, fast_steps: bool = True):
+                 stacked: bool | str = "dense", dropout: bool = True, fast_steps: bool = True,
+                 conv_layout: str | None = None):
         self.factory = factory
         self.module = factory().to(device)
         self.module.eval()
@@ -63,13 +69,20 @@ class FunctionalModel:
         if stacked not in (True, False, "dense", "all"):
             raise ValueError(f"stacked must be 'dense', 'all' or False, got {stacked!r}")
         layers = compile_sequential(self.module) if stacked and not overridden else None
-        if layers is not None and stacked != "all" and not is_dense(layers):
-            layers = None
-        self.stacked = None if layers is None else StackedSequential(layers)
+        net = None if layers is None else StackedSequential(layers)
+        self.stacked = net if net is not None and (stacked == "all" or net.dense) else None
+        # the K plain SGD steps at once: dense networks and CNNs (engine.stacked_conv, also under the
+        # default stacked="dense", where the CNN's other passes stay on vmap)
+        self._steps_net = net if net is not None and (net.dense or net.conv_steps is not None) else None
+        if conv_layout is not None and conv_layout not in CONV_LAYOUTS:
+            raise ValueError(f"conv_layout must be one of {CONV_LAYOUTS} or None, got {conv_layout!r}")
+        self.conv_layout = conv_layout or conv_layout_for(self.device)
 
     def _use_stacked(self, params: Params) -> bool:
-        if self.stacked is None:
-            return False
+        return self.stacked is not None and self._graph_free(params)
+
+    @staticmethod
+    def _graph_free(params: Params) -> bool:
         if torch._C._functorch.peek_interpreter_stack() is not None:
             return False  # inside vmap / grad / jvp: let torch.func see every op
         return not (torch.is_grad_enabled() and any(v.requires_grad for v in params.values()))
@@ -118,11 +131,12 @@ class FunctionalModel:
 
     def sgd_steps(self, params: Params, data, idx: Tensor, lr: Tensor) -> tuple[Params, Tensor] | None:
         """K plain SGD steps on ``data``'s train rows ``idx`` [K, N, B] with steps ``lr`` [K, N]: the new
-        parameters and the minibatch losses [K, N], or None where only ``sgd_step_`` applies (not a dense
-        stacked network, ``fast_steps=False``, inside torch.func transforms or with differentiable params)."""
-        if not (self.fast_steps and self._use_stacked(params) and self.stacked.dense):
+        parameters and the minibatch losses [K, N], or None where only ``sgd_step_`` applies (neither a dense
+        stacked network nor a CNN of ``engine.stacked_conv``'s shape, ``stacked=False``, ``fast_steps=False``,
+        inside torch.func transforms or with differentiable params)."""
+        if not (self.fast_steps and self._steps_net is not None and self._graph_free(params)):
             return None
-        return self.stacked.sgd_steps(params, data, idx, lr)
+        return self._steps_net.sgd_steps(params, data, idx, lr, self.conv_layout)
 
     # full-batch (padded + masked) losses: used for exact client gradients and evaluation; ``count`` (the
     # client's whole row count, default the mask's) divides the loss sum, so that slices of a client's

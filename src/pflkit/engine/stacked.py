@@ -13,7 +13,9 @@ Dense networks (Flatten / Linear / ReLU only) get a hand-written backward pass: 
 cross-entropy gradient dz = (softmax(z) - onehot(y)) w_b with w_b = 1/B (or mask / sum(mask)),
 then dW = dz^T h, db = sum_b dz, dh = dz W, ReLU passes dh where z > 0 -- exactly the chain rule
 autograd applies, with no graph bookkeeping. Networks with convolutions run the stacked forward
-under ordinary autograd. Any other module falls back to ``vmap(grad)`` in ``FunctionalModel``.
+under ordinary autograd (``FunctionalModel(stacked="all")``), and their K plain SGD steps in
+``engine.stacked_conv`` (``sgd_steps``, under every ``stacked`` but False). Any other module falls back
+to ``vmap(grad)`` in ``FunctionalModel``.
 
 **K steps at once** (``sgd_steps``, what ``local_sgd`` runs for plain SGD on a dense network): the
 same backward with activations laid out [N, features, B] (classes before samples), so the softmax
@@ -33,6 +35,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from .stacked_conv import ConvSteps, conv_plan
 
 DENSE = (nn.Flatten, nn.Linear, nn.ReLU)
 #: ``sgd_steps``: the per-call buffers of logits and scaled one-hot labels ([steps, N, classes, B] each)
@@ -89,6 +93,9 @@ class StackedSequential:
         self.layers = layers
         self.dense = is_dense(layers)
         self.linear_plan = _linear_plan(layers) if self.dense else None
+        plan = None if self.dense else conv_plan(layers)
+        #: the K-step client update of a CNN (``engine.stacked_conv``), None for other non-dense networks
+        self.conv_steps = None if plan is None else ConvSteps(plan)
 
     # ------------------------------------------------------------------ forward
     def forward(self, params: dict, x: Tensor, keep: list | None = None) -> Tensor:
@@ -282,7 +289,7 @@ class StackedSequential:
         return {k: out[k] for k in w}
 
     # ------------------------------------------------------------------ K steps, [N, features, B] layout
-    def sgd_steps(self, params: dict, data, idx: Tensor, lr: Tensor) -> tuple[dict, Tensor]:
+    def sgd_steps(self, params: dict, data, idx: Tensor, lr: Tensor, conv_layout: str = "loop") -> tuple[dict, Tensor]:
         """K plain SGD steps of a dense network on ``data`` (a ``FederatedDataset``): at step s model i takes
         the train rows ``idx[s, i]`` ([K, N, B]) and the step ``lr[s, i]`` ([K, N]). Returns the new
         parameters (``params`` is untouched) and the minibatch losses [K, N] (before each step).
@@ -292,7 +299,11 @@ class StackedSequential:
         (dz = lr_i / B (softmax - onehot)) and baddbmm_ (the update). A single Linear (whose steps the
         gather dominates) takes its minibatches from ``data.train_rows_with_ones()`` (whole 64-byte rows:
         12% faster on the logistic round) where that copy of the inputs takes at most ``ROWS_COPY_BYTES``;
-        otherwise they are gathered from ``x_train`` into rows ending in a 1."""
+        otherwise they are gathered from ``x_train`` into rows ending in a 1.
+
+        A CNN (``conv_steps``) runs ``engine.stacked_conv`` instead, its convolutions in ``conv_layout``."""
+        if not self.dense:
+            return self.conv_steps.sgd_steps(params, data, idx, lr, conv_layout)
         steps, n, b = idx.shape
         plan = self.linear_plan
         x_store, y_store = data.x_train, data.y_train
