@@ -71,6 +71,7 @@ MACHINE = [  # limits of the machine, checked before any work
     ("chayti_fig2", "chayti_fig2.tuning_runs", 2**31, r"chayti_fig2\.tuning_runs: the stage would need"),
     ("charles_theory", "charles_theory.num_clients", 2**31, r"charles_theory\.num_clients: the stage would need"),
     ("charles_theory", "charles_theory.batch_size", 10**12, r"charles_theory\.batch_size: the stage would need"),
+    ("perm_fig3", "perm_fig3.num_clients", 10**9, r"perm_fig3\.num_clients: the stage would need"),
     ("charles_fig3", "charles_fig3.num_k", 2**70, r"charles_fig3\.num_k: the stage would need"),
     ("perm_fig1", "perm_fig1.seeds", [2**70],
      rf"perm_fig1\.seeds\.0: Input should be less than or equal to {SEED_MAX}"),

@@ -860,6 +860,14 @@ class PermFig3Config(StageConfig):
     def _threads(cls, v):  # replaces StageConfig's (int or 'auto'): the field's own rule applies
         return v
 
+    def memory_estimate(self) -> tuple[int, str]:
+        """The synthetic workload's federation (N x 500 x 61 values, float64 and float32) and a round of the
+        largest workload (``federated_memory``; the MNIST MLP's 784 -> 200 -> 200 -> 10)."""
+        data = self.num_clients * self.samples_per_client * (self.dim + 1) * 12
+        features, hidden = (784, (200, 200)) if "mnist-mlp" in self.workloads else (self.dim + 1, ())
+        run, key = federated_memory(self.num_clients, self.local_steps, self.batch_size, features, hidden)
+        return data + run, key
+
 
 
 def fig3(cfg: PermFig3Config) -> StageResult:
