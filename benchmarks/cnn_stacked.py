@@ -115,7 +115,7 @@ def git_commit(tree: Path) -> str | None:
 
 
 def _ms(s: float) -> str:
-    return f"{s * 1e3:,.0f}"
+    return f"{s * 1e3:,.1f}"
 
 
 def _pairs(before: dict | None, after: dict | None, key) -> list[tuple]:
