@@ -188,7 +188,7 @@ class StageConfig(BaseModel):
     def memory_estimate(self) -> tuple[int, str]:
         """(bytes, key): a lower estimate of the memory the stage's data and models take at once, and the
         key that drives it most (named in the error when it does not fit). 0: small whatever the values.
-        Stage configs whose sizes come from params.yaml override it (``fits_machine`` checks it)."""
+        Stage configs whose sizes come from params.yaml override it (``machine_problems`` checks it)."""
         return 0, ""
 
     def machine_problems(self) -> list[tuple[str, str]]:
