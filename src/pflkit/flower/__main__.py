@@ -19,12 +19,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=None, help="communication rounds (default: the section's)")
     parser.add_argument("--methods", default=None, help="comma-separated method keys (default: the section's)")
     parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--keep", action="store_true", help="deploy: keep the working folder it names (logs, "
+                        "Flower's home, the app; by default removed after a run that succeeds)")
     args = parser.parse_args(argv)
     from ..config import ConfigError
     from ..experiments.flower import command
     try:
         return command(args.engine, args.profile, args.params, clients=args.clients, rounds=args.rounds,
-                       methods=args.methods.split(",") if args.methods else None)
+                       methods=args.methods.split(",") if args.methods else None, keep=args.keep)
     except ConfigError as exc:
         print(f"invalid configuration:\n{exc}", file=sys.stderr)
         return 1

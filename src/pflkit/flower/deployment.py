@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -302,14 +303,25 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         pass
 
 
-def deploy(specs: list[RunSpec], workdir: str | Path | None = None, threads: int = 1) -> dict:
+def deploy(specs: list[RunSpec], workdir: str | Path | None = None, threads: int = 1, keep: bool = False) -> dict:
     """Start a deployment with one SuperNode per client of the specs' federation, run them, stop
     everything; returns the results with ``startup_seconds`` (processes up) and ``leftover_pids`` (none
-    expected)."""
+    expected). Prints the working folder (logs, Flower's home, the app) first. A folder this call made
+    (``workdir`` None) is removed after a run that succeeded unless ``keep``; after a failure it stays,
+    and the error is preceded by a line naming it."""
     specs = [specs] if isinstance(specs, RunSpec) else list(specs)
     dep = Deployment(specs[0].federation().num_clients, workdir, threads=threads)
-    with dep:
-        out = dep.run(specs)
+    remove = workdir is None and not keep
+    print(f"Flower deployment: working folder {dep.workdir} (logs, Flower's home, the app; "
+          f"{'removed at the end unless the run fails' if remove else 'kept'})", flush=True)
+    try:
+        with dep:
+            out = dep.run(specs)
+    except BaseException:
+        print(f"Flower deployment failed: its logs are in {dep.workdir}", flush=True)
+        raise
+    if remove:
+        shutil.rmtree(dep.workdir, ignore_errors=True)
     out["leftover_pids"] = dep.leftover
     out["startup_seconds"] = dep.started_seconds
     return out

@@ -1,13 +1,51 @@
 """Flower's simulation engine (Ray backend): the ServerApp in a thread of this process, every client a
 virtual SuperNode whose ClientApp runs in a pool of Ray actors (``num_cpus`` of them, one CPU each).
-Ray is started with a small object store and no dashboard, and shut down at the end (Flower's backend
-does so, also when the run fails)."""
+Ray is started here (``start_ray``: a small object store, no dashboard) before Flower's backend would, so
+that a start-up Ray gives up on is retried and, failing that, reported as a :class:`RayStartError` that
+names the fix; Flower's backend shuts Ray down at the end, also when the run fails."""
 from __future__ import annotations
 
+import os
+import sys
 import time
 
 from . import require_flower
 from .spec import RunSpec, specs_to_json
+
+#: how often ``start_ray`` tries: Ray gives its node a fixed 30 s to register (``ray/_private/node.py``),
+#: which a loaded 2-core machine can miss once and then make
+RAY_START_ATTEMPTS = 3
+
+
+class RayStartError(RuntimeError):
+    """Ray, Flower's simulation backend, did not start: says how often it was tried, how busy the machine
+    was, and what to do instead."""
+
+
+def start_ray(init_args: dict, attempts: int = RAY_START_ATTEMPTS) -> None:
+    """``ray.init(**init_args)`` (with this process's import path for the workers, as Flower's backend
+    passes it), tried up to ``attempts`` times; raises :class:`RayStartError` when every try failed.
+    Does nothing when Ray is already running (Flower's backend then uses it as it is)."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    pythonpath = os.pathsep.join(filter(None, [*sys.path, os.environ.get("PYTHONPATH")]))
+    failures = []
+    for _ in range(attempts):
+        try:
+            ray.init(runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **init_args)
+            return
+        except Exception as exc:  # Ray raises a bare Exception when its node misses the start-up window
+            failures.append(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            ray.shutdown()
+    load = os.getloadavg()[0]
+    raise RayStartError(
+        f"Flower's simulation engine could not start Ray ({attempts} tries; last: {failures[-1]}). "
+        f"Load average {load:.1f} on {os.cpu_count()} cores: Ray's processes must register within 30 s "
+        "(fixed in Ray), which a busy machine misses. Fix: run it again when fewer jobs run (check `uptime`), "
+        "or use the deployment engine instead (`python -m pflkit.flower deploy`, or flower_equivalence.engines: "
+        "[deployment] in params.yaml), or skip Flower's engines (flower_equivalence.engines: [])")
 
 
 def simulate(specs: list[RunSpec], *, num_cpus: int = 2, object_store_mb: int = 256, quiet: bool = True) -> dict:
@@ -20,7 +58,6 @@ def simulate(specs: list[RunSpec], *, num_cpus: int = 2, object_store_mb: int = 
     if isinstance(object_store_mb, bool) or not isinstance(object_store_mb, int) or object_store_mb < 80:
         raise ValueError(f"object_store_mb must be an integer >= 80 (Ray's minimum), got {object_store_mb!r}")
     import logging
-    import os
 
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # CPU only: Ray leaves device variables alone
     from flwr.simulation import run_simulation
@@ -37,6 +74,7 @@ def simulate(specs: list[RunSpec], *, num_cpus: int = 2, object_store_mb: int = 
                              "include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": not quiet},
                "client_resources": {"num_cpus": 1, "num_gpus": 0.0}}
     start = time.perf_counter()
+    start_ray(backend["init_args"])
     run_simulation(server_app=server_app(text, results), client_app=client_app(text), num_supernodes=num_nodes,
                    backend_name="ray", backend_config=backend)
     if "runs" not in results:
