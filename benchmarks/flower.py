@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,6 +46,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark modules
+from process_tree import run_sampled  # noqa: E402  (one way to measure a process tree's memory)
 from speed import machine_info  # noqa: E402  (one description of the machine for every benchmark)
 
 ENGINES = ("in-process", "simulation", "deployment")
@@ -149,28 +149,15 @@ def per_client_bytes(traffic: list[dict], clients: int, rounds: int) -> dict:
 # --------------------------------------------------------------------------- the parent
 def measure(engine: str, clients: int, rounds: int, quick: bool, folder: Path) -> dict:
     """Run ``child`` in a fresh process, sampling its process tree's memory; returns its measurements."""
-    import psutil
-
     out = folder / f"{engine}-{clients}.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, __file__, "--child", engine, "--clients", str(clients), "--rounds", str(rounds),
            "--launched", repr(time.time()), "--child-out", str(out)] + (["--quick"] if quick else [])
-    proc = subprocess.Popen(cmd, env=env)
-    root = psutil.Process(proc.pid)
-    peak = 0
-    while proc.poll() is None:
-        rss = 0
-        for p in [root] + root.children(recursive=True):
-            try:
-                rss += p.memory_info().rss
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                pass
-        peak = max(peak, rss)
-        time.sleep(SAMPLE_SECONDS)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{engine} with {clients} clients failed (exit {proc.returncode})")
+    run = run_sampled(cmd, interval=SAMPLE_SECONDS, env=env)
+    if run["returncode"] != 0:
+        raise RuntimeError(f"{engine} with {clients} clients failed (exit {run['returncode']})")
     res = json.loads(out.read_text())
-    res["peak_rss_mb"] = peak / 2**20
+    res["peak_rss_mb"] = run["peak_rss_mb"]
     return res
 
 
