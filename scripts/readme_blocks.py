@@ -1,11 +1,12 @@
-"""README numbers come from results files, never typed: each block
+"""README's and docs/'s numbers come from results files, never typed: each block
 
     <!-- BEGIN path/to/file.md -->
     ...
     <!-- END path/to/file.md -->
 
-holds the file's content verbatim. ``python scripts/readme_blocks.py`` refills every block from its
-file; ``--check`` only reports blocks that differ (tests/unit/test_readme_blocks.py runs it).
+holds the file's content verbatim. ``python scripts/readme_blocks.py`` refills every block of README.md
+and docs/*.md from its file; ``--check`` only reports blocks that differ (tests/unit/test_readme_blocks.py
+runs it).
 
 A block may name a DVC output (``results/claims.md``, written by ``dvc repro``): where the file is not
 there (a fresh clone before ``dvc repro`` or ``dvc pull``), the block is checked against the md5 that
@@ -52,19 +53,26 @@ def filled(text: str, root: Path = ROOT) -> str:
     return BLOCK.sub(fill, text)
 
 
+def documents(root: Path = ROOT) -> list[Path]:
+    """The pages whose blocks are generated: README.md and every docs/*.md."""
+    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+
+
 def main(argv: list[str]) -> int:
-    readme = ROOT / "README.md"
-    text = readme.read_text()
-    new = filled(text)
-    if "--check" in argv:
-        stale = [m["path"] for m in BLOCK.finditer(text) if m.group(0) not in new]
-        if stale:
-            print(f"README blocks out of date with {stale}: run python scripts/readme_blocks.py", file=sys.stderr)
-            return 1
-        return 0
-    if new != text:
-        readme.write_text(new)
-        print("README.md: blocks refilled")
+    stale = []
+    for page in documents():
+        text = page.read_text()
+        new = filled(text)
+        if new == text:
+            continue
+        if "--check" in argv:
+            stale += [f"{page.relative_to(ROOT)}: {m['path']}" for m in BLOCK.finditer(text) if m.group(0) not in new]
+        else:
+            page.write_text(new)
+            print(f"{page.relative_to(ROOT)}: blocks refilled")
+    if stale:
+        print(f"blocks out of date with their files {stale}: run python scripts/readme_blocks.py", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,5 +1,7 @@
-"""README tables that come from results files match those files (numbers are never typed)."""
+"""README's and docs/'s tables that come from results files match those files (numbers are never typed), and
+every relative link of those pages leads to a file (and heading) that exists."""
 import importlib.util
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -9,9 +11,45 @@ spec.loader.exec_module(readme_blocks)
 
 
 def test_readme_blocks_match_their_results_files():
-    text = (ROOT / "README.md").read_text()
-    assert readme_blocks.BLOCK.search(text), "README has no generated blocks"
-    assert readme_blocks.filled(text) == text, "run: python scripts/readme_blocks.py"
+    pages = readme_blocks.documents()
+    assert {p.name for p in pages} >= {"README.md", "pipeline.md", "benchmarks.md"}
+    assert readme_blocks.BLOCK.search((ROOT / "README.md").read_text()), "README has no generated blocks"
+    for page in pages:
+        text = page.read_text()
+        assert readme_blocks.filled(text) == text, f"{page.name}: run python scripts/readme_blocks.py"
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _broken_links(page: Path) -> list[str]:
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+        if re.match(r"[a-z]+:", target):
+            continue  # https://...
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.exists():
+            broken.append(target)
+        elif anchor and file.suffix == ".md":
+            headings = re.findall(r"^#+ (.+)$", file.read_text(), re.M)
+            if anchor not in {_anchor(h) for h in headings}:
+                broken.append(target)
+    return broken
+
+
+def test_every_relative_link_of_readme_and_docs_resolves():
+    pages = readme_blocks.documents()
+    assert sum(len(re.findall(r"\]\(docs/", p.read_text())) for p in pages) >= 6  # README links every page
+    assert {p.name: _broken_links(p) for p in pages} == {p.name: [] for p in pages}
+
+
+def test_a_broken_link_or_anchor_is_caught(tmp_path):
+    (tmp_path / "a.md").write_text("# A page\n\n## Two words\n")
+    (tmp_path / "b.md").write_text("[ok](a.md#two-words) [no file](c.md) [no heading](a.md#three) [web](https://x.org)")
+    assert _broken_links(tmp_path / "b.md") == ["c.md", "a.md#three"]
 
 
 def test_a_stale_block_is_detected(tmp_path):
