@@ -4,9 +4,11 @@ on 127.0.0.1 (free ports), the run submitted with ``flwr run`` as a Flower App B
 ``Deployment`` starts every process in its own process group and keeps their PIDs (also in
 ``<workdir>/pids.json``), and ``stop()`` ends every group (SIGTERM, then SIGKILL after a grace period)
 and checks that none of their processes is left; it runs on leaving the ``with`` block, on an error, on
-SIGTERM/SIGINT of the launcher, and at interpreter exit. Each SuperNode runs its ClientApp in a child
-process (``flwr-clientapp``), the SuperLink the ServerApp (``flwr-serverapp``); both stay in their
-parent's process group.
+SIGTERM/SIGINT of the launcher, and at interpreter exit. Where none of those can run (the launcher killed
+with SIGKILL, or a stage runner killed while its kernel holds the deployment), a watchdog process started
+first (``reaper``) sees its owner gone and ends every process the deployment started. Each SuperNode
+runs its ClientApp in a child process (``flwr-clientapp``), the SuperLink the ServerApp
+(``flwr-serverapp``); both stay in their parent's process group.
 
 The App Bundle is written per run into ``<workdir>/pflkit-app``: a pyproject.toml whose components are
 ``pflkit.flower.apps:flower_server_app`` / ``flower_client_app`` (imported from this environment,
@@ -104,6 +106,7 @@ class Deployment:
         self.started_seconds: float | None = None
         self.leftover: list[int] = []  # PIDs still alive after the last stop()
         self._old_handlers: dict = {}
+        self._reaper: subprocess.Popen | None = None
 
     # ------------------------------------------------------------------ processes
     def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen:
@@ -116,7 +119,9 @@ class Deployment:
         return proc
 
     def _write_pids(self) -> None:
-        (self.workdir / "pids.json").write_text(json.dumps({n: p.pid for n, p in self.procs.items()}, indent=1))
+        tmp = self.workdir / "pids.json.tmp"  # replaced at once: the reaper never reads half a file
+        tmp.write_text(json.dumps({n: p.pid for n, p in self.procs.items()}, indent=1))
+        os.replace(tmp, self.workdir / "pids.json")
 
     def log_tail(self, name: str, lines: int = 30) -> str:
         path = self.workdir / f"{name}.log"
@@ -125,6 +130,7 @@ class Deployment:
     def start(self) -> "Deployment":
         t0 = time.perf_counter()
         self._install_handlers()
+        self._start_reaper()
         ports = free_ports(self.num_nodes + 1)
         self.port = ports[0]
         self.home.mkdir(parents=True, exist_ok=True)
@@ -148,6 +154,18 @@ class Deployment:
             raise
         self.started_seconds = time.perf_counter() - t0
         return self
+
+    def _start_reaper(self) -> None:
+        """The watchdog (``reaper``) that ends this deployment's processes if this process dies first."""
+        import psutil
+
+        (self.workdir / "stopped").unlink(missing_ok=True)
+        self._write_pids()
+        owner = psutil.Process()
+        self._reaper = subprocess.Popen(
+            [sys.executable, "-m", "pflkit.flower.reaper", str(owner.pid), repr(owner.create_time()),
+             str(self.workdir / "pids.json")], env=self.env, cwd=self.workdir, start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def _wait(self, ready, what: str, procs: list[subprocess.Popen]) -> None:
         deadline = time.monotonic() + self.startup_timeout
@@ -211,6 +229,14 @@ class Deployment:
                 pass
         left = [p.pid for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         self.leftover = left
+        if self._reaper is not None:  # stopped by its owner: the watchdog exits without touching anything
+            (self.workdir / "stopped").write_text("")
+            try:
+                self._reaper.wait(5)
+            except subprocess.TimeoutExpired:
+                self._reaper.kill()
+                self._reaper.wait()
+            self._reaper = None
         for log in self._logs:
             log.close()
         self._logs = []
