@@ -165,6 +165,10 @@ def test_notebook_pages_are_rebuilt_whole(tmp_path):
     assert not (root / "reports/html/perm/fig4_emnist.html").exists()
     assert (root / "reports/html/perm/fig1_synthetic.html").is_file()
     assert not (root / "reports/html.part").exists()
+    # one stylesheet per folder, linked by each page (JupyterLab's 250 KB of CSS is not copied into each)
+    page = (root / "reports/html/perm/fig1_synthetic.html").read_text()
+    assert '<link href="../notebook.css" rel="stylesheet"/>' in page and len(page) < 40_000
+    assert ".jp-Notebook" in (root / "reports/html/notebook.css").read_text()
 
 
 def test_notebook_pages_open_offline(tmp_path):
@@ -178,6 +182,7 @@ def test_notebook_pages_open_offline(tmp_path):
     assert not re.search(r"<script[^>]*\bsrc=|<link[^>]*href=\"https?:|import\(\"https?:", page), (
         re.findall(r"<script[^>]*>|<link[^>]*>", page))
     assert "require.js" not in page and "mathjax" not in page.lower() and "html-manager" not in page
+    assert "<link" not in page and ".jp-Notebook" in page  # on its own: the stylesheet inlined
 
 
 def test_the_claims_stage_renders_what_it_depends_on():

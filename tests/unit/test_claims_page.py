@@ -124,8 +124,11 @@ def test_notebook_links_open_html_renderings_that_exist(tmp_path):
                                "../build/smoke/reports/html/perm/fig1_synthetic.html", "html/perm/fig4_emnist.html",
                                "html/perm/fig5_alpha_heatmap.html", "html/perm/fig5_alpha_heatmap_plot.html"]
     assert not [u for u in links.urls if u.endswith(".ipynb")]  # never the raw notebook JSON
-    rendered = (page.parent / "html/perm/fig4_emnist.html").read_text()
-    assert "executed reports/perm/fig4_emnist" in rendered
+    rendered = page.parent / "html/perm/fig4_emnist.html"
+    assert "executed reports/perm/fig4_emnist" in rendered.read_text()
+    inner = Links()
+    inner.feed(rendered.read_text())
+    assert inner.urls == ["../notebook.css"] and (rendered.parent / inner.urls[0]).is_file()
 
 
 def test_a_stage_not_run_reads_not_run_with_its_command_and_no_image(tmp_path):
