@@ -4,17 +4,24 @@
     python scripts/claims.py --check          also exit 1 when a run stage's claim has no value (a stale path)
 
 For each entry of claims.yaml and each profile with results (default: results/<stage>/metrics.json, what
-``dvc repro`` writes; another profile: build/<profile>/<stage>/metrics.json), the value(s) at the entry's
-path and the verdict of its rule: holds / does not hold / not run (no results) / no value (the path is
-not in the results). Outputs:
+``dvc repro`` writes; another profile: build/<profile>/<stage>/metrics.json; a profile with none has no
+column), the value(s) at the entry's path and the verdict of its rule: holds / does not hold / not run (no
+results) / no value (the path is not in the results). The DVC stage ``claims`` runs after every stage;
+after running some stages by hand (``dvc repro <stage>_plot``, ``pflkit reproduce``), run this script to
+refresh the page: stages that have not run read "not run" with the command that runs them. Outputs:
 
 * ``results/claims.csv``: one row per claim and profile (tidy, for pandas);
 * ``results/claims.md``: per paper, one table row per claim (README's results block is filled from it);
-* ``reports/index.html``: the same rows with each figure's PNG beside its row and a link to the
-  executed notebook; a small script in the page reports images that failed to load and script errors
-  (``tests/unit/test_claims_page.py`` opens it in headless Chromium);
+* ``reports/index.html``: the same rows, a column per profile, each stage's figures as thumbnails that open
+  the PNG (and the SVG) and links to its executed notebooks as HTML; every link relative, so the page works
+  moved or served; no <img> for a figure that does not exist. A small script in the page reports images
+  that failed to load and script errors (``tests/unit/test_claims_page.py`` opens it in headless Chromium);
+* ``reports/html/<paper>/<notebook>.html``: every executed notebook that exists
+  (``reports/<paper>/<notebook>.ipynb``; another profile's: build/<profile>/reports/...), rendered by
+  nbconvert for offline reading (``notebook_html.py``);
 * ``results/claims/<stage>.json``: the DVC metrics, a few flat numbers per stage (claims checked, claims
-  holding, the first claim's value), so ``dvc metrics show`` fits a terminal.
+  holding, the first claim's value), so ``dvc metrics show`` fits a terminal; a stage with no results
+  reads ``holding: "not run"`` (no value), never a count of 0.
 """
 from __future__ import annotations
 
@@ -25,11 +32,14 @@ import html
 import io
 import json
 import math
+import os
 import re
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 from pflkit.config import read_yaml
+from pflkit.notebooks import profile_path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -50,8 +60,7 @@ class UnreadableResults(ValueError):
 def read_metrics(path: Path, stage: str, profile: str, root: Path = ROOT) -> dict:
     """``path`` (a stage's metrics.json) as a dict; an empty or garbled file is an :class:`UnreadableResults`
     naming it, the stage that writes it and the command that does (``pflkit.report.read_json``'s message)."""
-    command = f"dvc repro {stage}" if profile == "default" else (
-        f"python -m pflkit reproduce --profile {profile} --stages {stage}")
+    command = run_command(stage, profile)
     try:
         text = path.read_text()
         metrics = json.loads(text) if text.strip() else None
@@ -61,6 +70,15 @@ def read_metrics(path: Path, stage: str, profile: str, root: Path = ROOT) -> dic
     if isinstance(metrics, dict):
         return metrics
     raise UnreadableResults(f"{_rel(path, root)}: {why}; written by stage {stage}: run `{command}`")
+
+
+def run_command(stage: str, profile: str) -> str:
+    """The command that runs ``stage`` (and what it needs) under ``profile``."""
+    if profile == "default":
+        return f"dvc repro {stage}"
+    source = stage.removesuffix("_plot")
+    return f"python -m pflkit reproduce --profile {profile} --stages " + (
+        f"{source},{stage}" if source != stage else stage)
 
 
 def check_rule(rule) -> None:
@@ -164,9 +182,13 @@ def evaluate(claims: list[dict], folders: dict[str, Path], root: Path = ROOT) ->
     for c in claims:
         for profile, folder in folders.items():
             row = {k: c.get(k, "") for k in ("id", "paper", "figure", "stage", "claim", "metric", "rule", "why")}
-            row.update(profile=profile, value="", estimate="", verdict="not run", dataset="", substitute=False)
+            row.update(profile=profile, value="", estimate="", verdict="not run", dataset="", substitute=False,
+                       note="")
             path = folder / c["stage"] / "metrics.json"
-            if path.is_file() and profile in c.get("profiles", [profile]):
+            row["ran"] = path.is_file()
+            if row["ran"] and profile not in c.get("profiles", [profile]):
+                row["note"] = f"claims.yaml checks it under {', '.join(c['profiles'])} only"
+            elif row["ran"]:
                 metrics = read_metrics(path, c["stage"], profile, root)
                 row["dataset"], row["substitute"] = dataset_of(metrics)
                 paths = c["values"] if "values" in c else [c["value"]]
@@ -187,13 +209,14 @@ def _rel(path: Path, root: Path) -> str:
     return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
-def result_folders(params: dict, root: Path) -> dict[str, Path]:
-    """The default profile's results (results/, what ``dvc repro`` writes) and every other profile of
-    params.yaml that has run (build/<profile>/)."""
-    folders = {"default": root / "results"}
-    folders.update({str(p): root / "build" / str(p) for p in (params.get("profiles") or {})
-                    if (root / "build" / str(p)).is_dir()})
-    return folders
+def result_folders(params: dict, root: Path, stages: list[str]) -> dict[str, Path]:
+    """The results folder of every profile that has run (results/, what ``dvc repro`` writes, for the default
+    profile; build/<profile>/ for another of params.yaml): one with no ``<stage>/metrics.json`` of any of
+    ``stages`` has no results and no column. When none has any: the default alone (every stage "not run")."""
+    names = ["default", *(str(p) for p in (params.get("profiles") or {}))]
+    folders = {p: root / profile_path("results", p) for p in names}
+    ran = {p: f for p, f in folders.items() if any((f / s / "metrics.json").is_file() for s in stages)}
+    return ran or {"default": folders["default"]}
 
 
 # --------------------------------------------------------------------------------------- outputs
@@ -228,63 +251,156 @@ const problems = [];
 window.addEventListener("error", e => problems.push("script error: " + e.message));
 window.addEventListener("load", () => {
   const imgs = [...document.images];
-  imgs.filter(i => !(i.complete && i.naturalWidth > 0)).forEach(i => problems.push("image not loaded: " + i.src));
+  imgs.filter(i => !(i.complete && i.naturalWidth > 0))
+      .forEach(i => problems.push("image not loaded: " + i.getAttribute("src")));
   const out = document.getElementById("page-check");
   const found = problems.length ? ": " + problems.join("; ") : "";
   out.textContent = "images " + imgs.length + "; problems " + problems.length + found;
 });
 </script>"""
+#: thumbnails: figures are 2-5 times wider than tall; a click opens the full PNG
+THUMB_WIDTH = 420
 
 
-def to_html(rows: list[dict], profiles: list[str], stages: dict) -> str:
-    """reports/index.html: per paper a table, one row per claim, a column per profile; paths relative
-    to reports/ (figures at ../figures/<paper>/, executed notebooks at <paper>/<notebook>.ipynb)."""
+def plot_of(stage, stages: dict):
+    """The plot stage that draws ``stage``'s figures, or None."""
+    return next((s for s in stages.values() if s.source == stage.name), None)
+
+
+def link(target: Path, page_dir: Path) -> str:
+    """``target`` as a relative URL from the page's folder (never absolute: the page works moved or served)."""
+    return quote(Path(os.path.relpath(target, page_dir)).as_posix())
+
+
+def notebook_pages(stages: dict, profiles: list[str], root: Path) -> dict[tuple[str, str], Path]:
+    """Render every executed notebook that exists (``reports/<paper>/<notebook>.ipynb``; another profile's
+    under build/<profile>/reports/) into ``<that reports folder>/html/<paper>/<notebook>.html`` (nbconvert,
+    offline: ``notebook_html``); the folder is rebuilt whole. Returns {(profile, stage name): html path}."""
+    import notebook_html  # nbconvert: only the page needs it (not ``--out``, what ``pflkit reproduce`` runs)
+
+    pages = {}
+    for profile in profiles:
+        reports = root / profile_path("reports", profile)
+        pairs = []
+        for s in stages.values():
+            ipynb = reports / s.paper / f"{s.stem}.ipynb"
+            if ipynb.is_file():
+                pages[profile, s.name] = reports / "html" / s.paper / f"{s.stem}.html"
+                pairs.append((ipynb, pages[profile, s.name]))
+        if pairs or (reports / "html").exists():
+            notebook_html.render_tree(pairs, reports / "html")
+    return pages
+
+
+def _figure_cell(stage, profiles: list[str], ran: dict, stages: dict, pages: dict, root: Path) -> str:
+    """The stage's figures (thumbnails linking to the PNG, plus the SVG) and its notebook pages, per profile;
+    a figure that does not exist has no <img>: the cell says it is not drawn and how to draw it."""
+    esc, page_dir = html.escape, root / "reports"
+    plot = plot_of(stage, stages)
+    parts = []
+    for profile in profiles:
+        bits, links, missing = [], [], []
+        for name in (plot.figure_names if plot is not None else ()):
+            png = root / profile_path(f"{plot.figures_dir}/{name}.png", profile)
+            svg = png.with_suffix(".svg")
+            if png.is_file():
+                src, alt = link(png, page_dir), esc(f"{name} ({profile} profile)")
+                bits.append(f"<a class=\"figure\" href=\"{src}\"><img class=\"thumb\" src=\"{src}\" "
+                            f"width=\"{THUMB_WIDTH}\" alt=\"{alt}\"></a>")
+                if svg.is_file():
+                    links.append(f"<a href=\"{link(svg, page_dir)}\">{esc(name)}.svg</a>")
+            elif ran[profile]:  # the verdict cell says "not run" (with its command) otherwise
+                missing.append(name)
+        if missing:
+            what = f"figure{'s' if len(missing) > 1 else ''} {', '.join(missing)} not drawn: run"
+            bits.append(f"<div class=\"missing\">{esc(what)} <code>{esc(run_command(plot.name, profile))}</code></div>")
+        links[:0] = [f"<a class=\"notebook\" href=\"{link(pages[profile, s.name], page_dir)}\">{what}</a>"
+                     for s, what in ((stage, "notebook"), (plot, "figure notebook"))
+                     if s is not None and (profile, s.name) in pages]
+        if links:
+            bits.append("<div>" + " · ".join(links) + "</div>")
+        if bits:
+            label = f"<span class=\"profile\">{esc(profile)}</span> " if len(profiles) > 1 else ""
+            parts.append(f"<div class=\"run\">{label}{''.join(bits)}</div>")
+    return "".join(parts)
+
+
+def _verdict_cell(row: dict) -> str:
     esc = html.escape
-    by_id: dict[str, dict[str, dict]] = {}
+    verdict = row["verdict"]
+    if verdict == "not run":
+        return f"<td class=\"not-run\"><b>not checked</b> under this profile<br><small>{esc(row['note'])}</small></td>"
+    estimate = f" ({esc(row['estimate'])})" if row["estimate"] else ""
+    note = f"<br><small>{esc(row['note'])}</small>" if row.get("note") else ""
+    return (f"<td class=\"{esc(verdict.replace(' ', '-'))}\"><b>{esc(verdict)}</b><br>{esc(row['value'])}{estimate}"
+            f"{note}</td>")
+
+
+def to_html(rows: list[dict], profiles: list[str], stages: dict, root: Path = ROOT, pages: dict | None = None) -> str:
+    """reports/index.html: per paper a table, one row per claim, a column per profile; the figure and data
+    cells span a stage's claims. Every link is relative to reports/ (figures at ../figures/<paper>/,
+    notebook pages at html/<paper>/<notebook>.html, ``pages``; another profile's under ../build/<profile>/).
+    A stage with no results under a profile reads "not run" with the command that runs it, and has no image."""
+    esc, pages = html.escape, pages or {}
+    groups: dict[str, dict[str, dict[str, dict]]] = {}  # stage -> claim id -> profile -> row
     for r in rows:
-        by_id.setdefault(r["id"], {})[r["profile"]] = r
+        groups.setdefault(r["stage"], {}).setdefault(r["id"], {})[r["profile"]] = r
     body = []
     for paper in dict.fromkeys(r["paper"] for r in rows):
         body.append(f"<h2>{esc(paper)}</h2><table><tr><th>figure</th><th>claim</th><th>metric</th>"
                     + "".join(f"<th>{esc(p)} profile</th>" for p in profiles) + "<th>data</th></tr>")
-        for per in by_id.values():
-            first = next(iter(per.values()))
-            if first["paper"] != paper:
+        for stage_name, claims_of in groups.items():
+            per_claim = list(claims_of.values())
+            if per_claim[0][profiles[0]]["paper"] != paper:
                 continue
-            stage = stages[first["stage"]]
-            plot = next((s for s in stages.values() if s.source == stage.name), None)
-            figure = plot.figure_names[0] if plot is not None else None
-            notebook = f"{stage.paper}/{stage.stem}.ipynb"
-            cell = f"<b>{esc(first['figure'])}</b><br><a href=\"{esc(notebook)}\">notebook</a>"
-            if plot is not None:
-                cell += f" · <a href=\"{esc(plot.paper)}/{esc(plot.stem)}.ipynb\">figure notebook</a>"
-            if figure:
-                src = f"../figures/{stage.paper}/{figure}.png"
-                cell += f"<br><a href=\"{esc(src)}\"><img src=\"{esc(src)}\" alt=\"{esc(figure)}\" width=\"220\"></a>"
-            verdicts = "".join(
-                f"<td class=\"{esc(per[p]['verdict'].replace(' ', '-'))}\"><b>{esc(per[p]['verdict'])}</b><br>"
-                f"{esc(per[p]['value'])}{' (' + esc(per[p]['estimate']) + ')' if per[p]['estimate'] else ''}</td>"
-                for p in profiles)
-            data = esc(first["dataset"]) + (" <b>(substitute)</b>" if first["substitute"] else "")
-            body.append(f"<tr><td>{cell}</td><td>{esc(first['claim'])}<br><small>{esc(first['why'])}</small></td>"
-                        f"<td>{esc(first['metric'])}<br><small>rule: {esc(str(first['rule']))}</small></td>"
-                        f"{verdicts}<td>{data}</td></tr>")
+            stage, span = stages[stage_name], len(per_claim)
+            runs = (plot_of(stage, stages) or stage).name  # running the figure runs the stage too
+            ran = {p: any(per[p]["ran"] for per in per_claim) for p in profiles}
+            labels = ", ".join(dict.fromkeys(per[profiles[0]]["figure"] for per in per_claim))
+            datasets = {p: esc(per_claim[0][p]["dataset"]) + (" <b>(substitute)</b>" if per_claim[0][p]["substitute"]
+                                                               else "") for p in profiles if ran[p]}
+            data = (next(iter(datasets.values())) if len(set(datasets.values())) == 1 else
+                    "<br>".join(f"{esc(p)}: {d}" for p, d in datasets.items()))
+            for i, per in enumerate(per_claim):
+                first = per[profiles[0]]
+                cells = []
+                for p in profiles:
+                    if not ran[p] and i == 0:  # the stage has no results: one cell for all its claims
+                        cells.append(f"<td class=\"not-run\" rowspan=\"{span}\"><b>not run</b><br>run <code>"
+                                     f"{esc(run_command(runs, p))}</code></td>")
+                    elif ran[p]:
+                        cells.append(_verdict_cell(per[p]))
+                lead = (f"<td rowspan=\"{span}\"><b>{esc(labels)}</b> <code>{esc(stage_name)}</code>"
+                        f"{_figure_cell(stage, profiles, ran, stages, pages, root)}</td>") if i == 0 else ""
+                tail = f"<td rowspan=\"{span}\">{data}</td>" if i == 0 else ""
+                body.append(f"<tr data-stage=\"{esc(stage_name)}\">{lead}<td>{esc(first['claim'])}<br>"
+                            f"<small>{esc(first['why'])}</small></td><td>{esc(first['metric'])}<br><small>rule: "
+                            f"{esc(str(first['rule']))}</small></td>{''.join(cells)}{tail}</tr>")
         body.append("</table>")
     style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:2em}"
              "td,th{border:1px solid #ccc;padding:6px;vertical-align:top;max-width:28em}"
-             ".holds{background:#e6f4e6}.does-not-hold{background:#fbe3e3}.not-run,.no-value{background:#eee}")
-    counts = {v: sum(r["verdict"] == v for r in rows if r["profile"] == "default") for v in VERDICTS}
-    summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+             f"td:first-child{{min-width:{THUMB_WIDTH}px;max-width:{THUMB_WIDTH}px}}"
+             f"img.thumb{{display:block;width:{THUMB_WIDTH}px;height:auto;margin:4px 0}}"
+             ".run{margin-top:6px}.profile{font-weight:bold;color:#555}"
+             ".missing{color:#777}.holds{background:#e6f4e6}.does-not-hold{background:#fbe3e3}"
+             ".not-run,.no-value{background:#eee}")
+    summary = "; ".join(f"{esc(p)} profile: " + ", ".join(
+        f"{n} {v}" for v, n in ((v, sum(r["verdict"] == v for r in rows if r["profile"] == p)) for v in VERDICTS) if n)
+        for p in profiles)
     return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>pflkit: the papers' claims</title>"
             f"<style>{style}</style></head><body><h1>The papers' claims, as measured</h1>"
             f"<p>Generated by <code>python scripts/claims.py</code> from claims.yaml and each stage's "
-            f"metrics.json (default profile: {esc(summary)}).</p><p id=\"page-check\">page not checked</p>"
-            + "".join(body) + PAGE_CHECK + "</body></html>\n")
+            f"metrics.json ({summary}). After running stages, run it again to refresh this page. A figure opens "
+            f"full size on a click; \"notebook\" opens the executed notebook.</p>"
+            f"<p id=\"page-check\">page not checked</p>" + "".join(body) + PAGE_CHECK + "</body></html>\n")
 
 
 def headline(rows: list[dict], stage: str) -> dict:
-    """A stage's DVC metrics: claims checked and holding (default profile), the first claim's value."""
+    """A stage's DVC metrics: claims checked and holding (default profile), the first claim's value; a stage
+    with no results holds the string "not run" (``dvc metrics show`` prints it in the holding column)."""
     mine = [r for r in rows if r["stage"] == stage and r["profile"] == "default"]
+    if mine and not any(r["ran"] for r in mine):
+        return {"claims": len(mine), "holding": "not run"}
     out = {"claims": len(mine), "holding": sum(r["verdict"] == "holds" for r in mine)}
     first = mine[0].get("first") if mine else None
     if isinstance(first, (int, float)) and not isinstance(first, bool) and math.isfinite(first):
@@ -317,16 +433,19 @@ def main(argv=None, root: Path = ROOT) -> list[dict]:
     for c in claims:  # a bad rule fails here, before any output is written
         check_rule(c["rule"])
     params = read_yaml(root / "params.yaml", "parameters file")
-    folders = result_folders(params, root)
+    compute = [name for name, s in stages.items() if not s.is_plot]
+    folders = result_folders(params, root, compute)
     if a.profiles:
         wanted = a.profiles.split(",")
         unknown = [p for p in wanted if p != "default" and p not in (params.get("profiles") or {})]
         if unknown:
             raise SystemExit(f"--profiles: unknown {unknown}; params.yaml defines {['default', *params['profiles']]}")
-        folders = {p: folders.get(p, root / "build" / p) for p in wanted}
+        folders = {p: root / profile_path("results", p) for p in wanted}
     profiles = list(folders)
     try:
         rows = evaluate(claims, folders, root)
+        default = ([r for r in rows if r["profile"] == "default"] if "default" in folders
+                   else evaluate(claims, {"default": root / "results"}, root))
     except UnreadableResults as exc:
         raise SystemExit(f"claims: {exc}") from None
     if a.out:
@@ -336,11 +455,11 @@ def main(argv=None, root: Path = ROOT) -> list[dict]:
         print(f"{len(claims)} claims, profiles {profiles}: wrote {_rel(out, root)}/claims.csv and claims.md")
         return rows
     write(root / "results" / "claims.csv", to_csv(rows))
-    write(root / "results" / "claims.md", to_markdown(rows))
-    write(root / "reports" / "index.html", to_html(rows, profiles, stages))
-    for stage in (name for name, s in stages.items() if not s.is_plot):
-        write(root / "results" / "claims" / f"{stage}.json", json.dumps(headline(rows, stage), indent=1) + "\n")
-    default = [r for r in rows if r["profile"] == "default"]
+    write(root / "results" / "claims.md", to_markdown(default))
+    pages = notebook_pages(stages, profiles, root)
+    write(root / "reports" / "index.html", to_html(rows, profiles, stages, root, pages))
+    for stage in compute:
+        write(root / "results" / "claims" / f"{stage}.json", json.dumps(headline(default, stage), indent=1) + "\n")
     print(f"{len(claims)} claims, profiles {profiles}; default profile: "
           + ", ".join(f"{sum(r['verdict'] == v for r in default)} {v}" for v in VERDICTS))
     stale = [f"{r['id']}: {r['value']}" for r in rows if r["verdict"] == "no value"]

@@ -174,20 +174,26 @@ def render(stages, root: Path = ROOT, data_stages=()) -> str:
             for plot in s.plots:
                 lines.append(f"      - {s.results_dir}/{plot.file}:")
                 lines += [f"          {k}: {json.dumps(v) if k == 'title' else v}" for k, v in plot.props().items()]
-    lines += claims_stage([s for s in stages if not s.is_plot], root)
+    lines += claims_stage(stages, root)
     return "\n".join(lines) + "\n"
 
 
 def claims_stage(stages, root: Path = ROOT) -> list[str]:
-    """The ledger (scripts/claims.py) after every figure stage: it reads each stage's metrics.json and
-    writes the claims table, the page and DVC's metrics (a few numbers per stage)."""
+    """The ledger (scripts/claims.py) after every notebook stage: it reads each compute stage's metrics.json
+    and writes the claims table, DVC's metrics (a few numbers per stage) and the page, which shows each plot
+    stage's figures and links to an HTML page of every executed notebook (reports/html/, rendered from
+    reports/<paper>/<notebook>.ipynb: those are deps, so a re-run stage is re-rendered, and the page is
+    built after every figure exists)."""
     script = root / "scripts" / "claims.py"
     code = collapse(import_closure([script], [], root / "src"), root / "src" / "pflkit", root)
+    compute = [s for s in stages if not s.is_plot]
     lines = ["  claims:", "    cmd: python scripts/claims.py --profiles default", "    deps:",
-             "      - claims.yaml", "      - scripts/claims.py", "      - scripts/dvc_stages.py"]
-    lines += [f"      - {d}" for d in code] + [f"      - {s.results_dir}/metrics.json" for s in stages]
+             "      - claims.yaml", "      - scripts/claims.py", "      - scripts/dvc_stages.py",
+             "      - scripts/notebook_html.py"]
+    lines += [f"      - {d}" for d in code] + [f"      - {s.results_dir}/metrics.json" for s in compute]
+    lines += [f"      - {s.outs[0]}" for s in stages]  # the executed notebook (Stage.outs: first)
     lines += ["    outs:", "      - results/claims.csv", "      - results/claims.md", "      - reports/index.html",
-              "    metrics:"] + [f"      - results/claims/{s.name}.json" for s in stages]
+              "      - reports/html", "    metrics:"] + [f"      - results/claims/{s.name}.json" for s in compute]
     return lines
 
 

@@ -2,8 +2,12 @@
 import csv
 import importlib.util
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 import yaml
 
@@ -11,6 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("claims_ledger", ROOT / "scripts/claims.py")
 claims = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(claims)
+_spec = importlib.util.spec_from_file_location("notebook_html_pages", ROOT / "scripts/notebook_html.py")
+notebook_html = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(notebook_html)
 
 #: a 1 x 1 PNG, so the page's figure cells have something to load
 PNG = bytes.fromhex("89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"
@@ -47,10 +54,20 @@ def test_paths_take_keys_globs_and_positions_in_natural_order():
         claims.lookup(tree, ["summary", "*", "w"])
 
 
+def _notebook(path: Path, text: str) -> None:
+    """A small executed notebook: one markdown cell (``text``), one code cell with its printed output."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(text), nbformat.v4.new_code_cell(
+        "print(1 + 1)", execution_count=1, outputs=[nbformat.v4.new_output("stream", name="stdout", text="2\n")])])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+
+
 def _project(tmp_path: Path) -> Path:
-    """A results tree: perm_fig1 holds, perm_fig4 was crafted to fail, perm_fig5 lacks its key,
-    perm_fig6 has not run; a smoke profile ran perm_fig1 only."""
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"defaults": {}, "profiles": {"smoke": {}}}))
+    """A partial run. Default profile: perm_fig1 ran with its figure (holds); perm_fig4 ran, crafted to fail,
+    its plot stage did not run (no figure, no figure notebook); perm_fig5 ran and drew its figure but lacks
+    the claim's key; perm_fig6 has not run (no results, figure or notebook). Profile smoke ran perm_fig1
+    and its figure; profile paper has a build/paper/ folder but no results (no column)."""
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"defaults": {}, "profiles": {"smoke": {}, "paper": {}}}))
     final = {"PERM": {"accuracy_mean": 0.8, "accuracy_std": 0.01}}
     runs = {"results/perm_fig1": {"claim_perm_best": {"margin": 0.02}, "final": final, "dataset": "perm-synthetic"},
             "results/perm_fig4": {"claim_perm_best": {"margin": -0.1}, "final": final, "dataset": "fashion-mnist",
@@ -60,13 +77,21 @@ def _project(tmp_path: Path) -> Path:
     for folder, metrics in runs.items():
         (tmp_path / folder).mkdir(parents=True)
         (tmp_path / folder / "metrics.json").write_text(json.dumps(metrics))
-    (tmp_path / "figures" / "perm").mkdir(parents=True)
-    for name in ("fig1_synthetic", "fig4_emnist", "fig5_alpha_heatmap", "fig6_mnist_alpha"):
-        (tmp_path / "figures" / "perm" / f"{name}.png").write_bytes(PNG)
+    (tmp_path / "build/paper/checkpoints").mkdir(parents=True)  # a profile that started but wrote no results
+    for figure in ("figures/perm/fig1_synthetic", "figures/perm/fig5_alpha_heatmap",
+                   "build/smoke/figures/perm/fig1_synthetic"):
+        (tmp_path / figure).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f"{figure}.png").write_bytes(PNG)
+        (tmp_path / f"{figure}.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg" width="1" height="1"/>')
+    for report in ("reports/perm/fig1_synthetic", "reports/perm/fig1_synthetic_plot", "reports/perm/fig4_emnist",
+                   "reports/perm/fig5_alpha_heatmap", "reports/perm/fig5_alpha_heatmap_plot",
+                   "build/smoke/reports/perm/fig1_synthetic"):
+        _notebook(tmp_path / f"{report}.ipynb", f"executed {report}")
     entries = [{"id": f"t-{stage}", "paper": "PERM", "figure": f"Fig. {n}", "stage": stage, "claim": "PERM is best",
                 "metric": "PERM minus the best other", "value": ["claim_perm_best", "margin"], "rule": "> 0",
                 "show": ["final", "PERM", "accuracy_mean"], "sd": ["final", "PERM", "accuracy_std"], "why": "w"}
                for n, stage in ((1, "perm_fig1"), (4, "perm_fig4"), (5, "perm_fig5"), (6, "perm_fig6"))]
+    entries.insert(1, {**entries[0], "id": "t-perm_fig1-default-only", "profiles": ["default"]})
     (tmp_path / "claims.yaml").write_text(yaml.safe_dump(entries))
     return tmp_path
 
@@ -75,35 +100,125 @@ def test_crafted_results_give_every_verdict(tmp_path):
     root = _project(tmp_path)
     rows = claims.main(["--claims", str(root / "claims.yaml")], root=root)
     got = {(r["id"], r["profile"]): r for r in rows}
+    assert {r["profile"] for r in rows} == {"default", "smoke"}  # paper has no results: no column
     assert got["t-perm_fig1", "default"]["verdict"] == "holds"
     assert got["t-perm_fig1", "default"]["estimate"] == "0.8 ± 0.01"
     assert got["t-perm_fig4", "default"]["verdict"] == "does not hold"  # the crafted failure fails
     assert got["t-perm_fig4", "default"]["dataset"] == "fashion-mnist (substitute for emnist-byclass)"
     assert got["t-perm_fig4", "default"]["substitute"] is True
     assert got["t-perm_fig5", "default"]["verdict"] == "no value"
-    assert got["t-perm_fig6", "default"]["verdict"] == "not run"
+    assert got["t-perm_fig6", "default"]["verdict"] == "not run" and not got["t-perm_fig6", "default"]["ran"]
     assert got["t-perm_fig1", "smoke"]["verdict"] == "does not hold"
     assert got["t-perm_fig1", "smoke"]["estimate"] == "0.5"  # one seed: no sd
+    restricted = got["t-perm_fig1-default-only", "smoke"]
+    assert (restricted["verdict"], restricted["ran"]) == ("not run", True)
+    assert restricted["note"] == "claims.yaml checks it under default only"
     table = list(csv.DictReader((root / "results/claims.csv").open()))
     assert [(r["id"], r["profile"], r["verdict"]) for r in table][:2] == [
         ("t-perm_fig1", "default", "holds"), ("t-perm_fig1", "smoke", "does not hold")]
     assert "| Fig. 4 | PERM is best | PERM minus the best other: -0.1 (0.8 ± 0.01) | **does not hold** |" in (
         root / "results/claims.md").read_text()
     page = (root / "reports/index.html").read_text()
-    assert page.count('src="../figures/perm/fig1_synthetic.png"') == 1 and 'href="perm/fig4_emnist.ipynb"' in page
+    assert page.count('src="../figures/perm/fig1_synthetic.png"') == 1
+    assert 'href="html/perm/fig4_emnist.html"' in page and ".ipynb" not in page
     assert json.loads((root / "results/claims/perm_fig4.json").read_text()) == {"claims": 1, "holding": 0,
                                                                                 "value": -0.1}
+    assert json.loads((root / "results/claims/perm_fig6.json").read_text()) == {"claims": 1,
+                                                                                "holding": "not run"}
     assert json.loads((root / "results/claims/charles_fig1.json").read_text()) == {"claims": 0, "holding": 0}
     with pytest.raises(SystemExit, match="t-perm_fig5: no key 'claim_perm_best'"):
         claims.main(["--claims", str(root / "claims.yaml"), "--check"], root=root)
+
+
+def test_a_profile_gets_a_column_only_with_results(tmp_path):
+    """No results anywhere: the default column alone (every stage "not run"); results of one stage under
+    build/paper/: a paper column; --profiles names the columns as asked."""
+    root = tmp_path
+    (root / "build/paper/checkpoints").mkdir(parents=True)
+    params, compute = {"profiles": {"smoke": {}, "paper": {}}}, ["perm_fig1", "perm_fig4"]
+    assert claims.result_folders(params, root, compute) == {"default": root / "results"}
+    (root / "build/paper/perm_fig4").mkdir(parents=True)
+    (root / "build/paper/perm_fig4/metrics.json").write_text("{}")
+    assert claims.result_folders(params, root, compute) == {"paper": root / "build/paper"}
+    assert claims.result_folders(params, root, ["perm_fig1"]) == {"default": root / "results"}
+
+
+def test_not_run_commands_name_the_stage_and_its_figure():
+    assert claims.run_command("perm_fig1_plot", "default") == "dvc repro perm_fig1_plot"
+    assert claims.run_command("perm_fig1_plot", "paper") == (
+        "python -m pflkit reproduce --profile paper --stages perm_fig1,perm_fig1_plot")
+    assert claims.run_command("charles_theory", "paper") == (
+        "python -m pflkit reproduce --profile paper --stages charles_theory")
+
+
+def test_notebook_pages_are_rebuilt_whole(tmp_path):
+    """reports/html holds exactly the pages of the executed notebooks that exist: a page whose notebook
+    is gone (a stage re-run that failed, a removed report) does not linger."""
+    root = _project(tmp_path)
+    claims.main(["--claims", str(root / "claims.yaml")], root=root)
+    pages = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.html") if p.name != "index.html")
+    assert pages == ["build/smoke/reports/html/perm/fig1_synthetic.html", "reports/html/perm/fig1_synthetic.html",
+                     "reports/html/perm/fig1_synthetic_plot.html", "reports/html/perm/fig4_emnist.html",
+                     "reports/html/perm/fig5_alpha_heatmap.html", "reports/html/perm/fig5_alpha_heatmap_plot.html"]
+    (root / "reports/perm/fig4_emnist.ipynb").unlink()
+    claims.main(["--claims", str(root / "claims.yaml"), "--profiles", "default"], root=root)
+    assert not (root / "reports/html/perm/fig4_emnist.html").exists()
+    assert (root / "reports/html/perm/fig1_synthetic.html").is_file()
+    assert not (root / "reports/html.part").exists()
+    # one stylesheet per folder, linked by each page (JupyterLab's 250 KB of CSS is not copied into each)
+    page = (root / "reports/html/perm/fig1_synthetic.html").read_text()
+    assert '<link href="../notebook.css" rel="stylesheet"/>' in page and len(page) < 40_000
+    assert ".jp-Notebook" in (root / "reports/html/notebook.css").read_text()
+
+
+def test_notebook_pages_open_offline(tmp_path):
+    """nbconvert's lab look without a single script fetched from the network; the cells are there."""
+    _notebook(tmp_path / "n.ipynb", "the *executed* notebook, $\\alpha$")
+    nb = nbformat.read(tmp_path / "n.ipynb", as_version=4)
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}  # would load a CDN
+    nbformat.write(nb, tmp_path / "n.ipynb")
+    page = notebook_html.to_html(tmp_path / "n.ipynb")
+    assert "<em>executed</em>" in page and "<pre>2\n</pre>" in page and "jp-Notebook" in page
+    assert not re.search(r"<script[^>]*\bsrc=|<link[^>]*href=\"https?:|import\(\"https?:", page), (
+        re.findall(r"<script[^>]*>|<link[^>]*>", page))
+    assert "require.js" not in page and "mathjax" not in page.lower() and "html-manager" not in page
+    assert "<link" not in page and ".jp-Notebook" in page  # on its own: the stylesheet inlined
+
+
+def test_the_claims_stage_renders_what_it_depends_on():
+    """dvc.yaml's claims stage depends on every stage's executed notebook (the page renders those, so a
+    re-run stage re-renders) and outputs reports/html: the same paths claims.py renders."""
+    spec = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["claims"]
+    table = claims.load_stages().STAGES
+    rendered = {f"reports/{s.paper}/{s.stem}.ipynb" for s in table}  # what notebook_pages reads (default)
+    assert rendered <= set(spec["deps"]) and len(rendered) == len(table)
+    assert {"reports/html", "reports/index.html"} <= set(spec["outs"])
+    assert "scripts/notebook_html.py" in spec["deps"]
+
+
+def test_dvc_metrics_show_reads_a_stage_not_run_as_not_run(tmp_path):
+    """DVC's own table: a stage with no results prints "not run" in the holding column, one that ran its count."""
+    root = _project(tmp_path)
+    claims.main(["--claims", str(root / "claims.yaml")], root=root)
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"metrics": [f"results/claims/{s}.json" for s in
+                                                               ("perm_fig1", "perm_fig4", "perm_fig6")]}))
+    dvc = [sys.executable, "-m", "dvc"]
+    subprocess.run([*dvc, "init", "--no-scm", "-q"], cwd=root, check=True)
+    shown = subprocess.run([*dvc, "metrics", "show"], cwd=root, check=True, capture_output=True, text=True).stdout
+    lines = {line.split()[0]: line.split()[1:] for line in shown.splitlines()}
+    assert lines["Path"] == ["claims", "holding", "value"]
+    assert lines["results/claims/perm_fig6.json"] == ["1", "not", "run", "-"]
+    assert lines["results/claims/perm_fig4.json"] == ["1", "0", "-0.1"]
+    assert max(map(len, shown.splitlines())) < 80
 
 
 def test_the_dvc_stage_shows_the_default_profile_only(tmp_path):
     root = _project(tmp_path)
     rows = claims.main(["--claims", str(root / "claims.yaml"), "--profiles", "default"], root=root)
     assert {r["profile"] for r in rows} == {"default"}
-    with pytest.raises(SystemExit, match="--profiles: unknown \\['paper'\\]"):
-        claims.main(["--claims", str(root / "claims.yaml"), "--profiles", "paper"], root=root)
+    with pytest.raises(SystemExit, match="--profiles: unknown \\['nope'\\]; params.yaml defines \\['default', "
+                                         "'paper', 'smoke'\\]"):
+        claims.main(["--claims", str(root / "claims.yaml"), "--profiles", "nope"], root=root)
 
 
 def test_every_claim_of_claims_yaml_resolves_on_the_smoke_results():
