@@ -112,3 +112,38 @@ def test_simulation_reproduces_fedavg_and_perm_and_shuts_ray_down():
     after = [p.pid for p in psutil.Process().children(recursive=True) if p.pid not in before]
     _, alive = psutil.wait_procs([psutil.Process(p) for p in after if psutil.pid_exists(p)], timeout=30)
     assert [p.pid for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
+
+
+def test_a_supernode_whose_key_is_not_registered_is_refused_and_the_results_are_unchanged(tmp_path):
+    """The deployment runs with TLS and SuperNode authentication (the default): a fourth SuperNode with a key
+    of its own (not registered), the run's CA certificate and the right address tries to join; the SuperLink
+    refuses it, lists only the three registered nodes, and the run reproduces in-process as before."""
+    import subprocess
+
+    from pflkit.flower.credentials import node_key
+    from pflkit.flower.deployment import CONNECTION, _tool
+
+    dep = Deployment(DATA["num_clients"], tmp_path / "dep")
+    with dep:
+        link_args = dep.procs["superlink"].args
+        assert {"--enable-supernode-auth", "--ssl-certfile"} <= set(link_args) and "--insecure" not in link_args
+        intruder_key = node_key(tmp_path / "intruder")
+        log = (tmp_path / "intruder.log").open("w")
+        intruder = subprocess.Popen([_tool("flower-supernode"), "--root-certificates", str(dep.credentials.ca_cert),
+                                     "--auth-supernode-private-key", str(intruder_key), "--superlink",
+                                     f"127.0.0.1:{dep.port}", "--max-retries", "2", "--node-config",
+                                     "partition-id=0 num-partitions=3"], stdout=log, stderr=subprocess.STDOUT,
+                                    env=dep.env, start_new_session=True)
+        try:
+            intruder.wait(90)
+        finally:
+            if intruder.poll() is None:
+                intruder.kill()
+                intruder.wait()
+        assert intruder.returncode != 0, (tmp_path / "intruder.log").read_text()[-2000:]
+        assert "No SuperNode found with the given public key" in dep.log_tail("superlink", 200)  # refused for its key
+        listed = subprocess.run([_tool("flwr"), "supernode", "list", CONNECTION, "--format", "json"], env=dep.env,
+                                cwd=dep.workdir, capture_output=True, text=True, timeout=60)
+        assert listed.stdout.count('"node-id"') == DATA["num_clients"], listed.stdout + listed.stderr
+        results = dep.run(_specs(), timeout=600)
+    _check_equivalence(results)

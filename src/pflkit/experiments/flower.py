@@ -88,7 +88,7 @@ def _timing(engine: str, out: dict) -> dict:
 
 
 def equivalence(cfg: FlowerEquivalenceConfig, engines: list[str] | None = None, show_progress: bool = True,
-                workdir=None, keep_workdir: bool = False) -> StageResult:
+                workdir=None, keep_workdir: bool = False, insecure: bool = False) -> StageResult:
     """Every method x seed in-process, as the federated protocol in one process, and on each of ``engines``
     (default: cfg.engines; Flower's run only when Flower is installed). The history holds every engine's
     evaluations (column ``engine``); the table the final personalized accuracy and loss per method and
@@ -115,7 +115,7 @@ def equivalence(cfg: FlowerEquivalenceConfig, engines: list[str] | None = None, 
                 out = simulate(specs, num_cpus=cfg.ray_cpus, object_store_mb=cfg.object_store_mb, quiet=True)
             else:
                 from ..flower.deployment import deploy
-                out = deploy(specs, workdir=workdir, keep=keep_workdir)
+                out = deploy(specs, workdir=workdir, keep=keep_workdir, insecure=insecure)
             frames.append(_engine_rows(engine, out["runs"]))
             timings.append({"seed": seed, **_timing(engine, out)})
     order = {e: i for i, e in enumerate((IN_PROCESS, LOOPBACK, *ENGINES))}
@@ -220,10 +220,11 @@ def timing_table(timings: list[dict]) -> pd.DataFrame:
 
 
 def command(engine: str, profile: str = "default", params: str = "params.yaml", *, clients: int | None = None,
-            rounds: int | None = None, methods: list[str] | None = None, keep: bool = False) -> int:
+            rounds: int | None = None, methods: list[str] | None = None, keep: bool = False,
+            insecure: bool = False) -> int:
     """``python -m pflkit.flower {simulate,deploy}``: the flower_equivalence section (``profile``, with the
     overrides) in-process, as the one-process protocol and on one Flower engine (deploy: ``keep`` keeps its
-    working folder, which it names); prints the final table,
+    working folder, which it names; ``insecure`` turns TLS and node authentication off); prints the final table,
     the verdicts and the seconds per round. Exit status 0 when the engine reproduces in-process within
     the tolerance, 1 when it does not, 2 when Flower is missing."""
     import torch
@@ -239,7 +240,7 @@ def command(engine: str, profile: str = "default", params: str = "params.yaml", 
         print(f"Flower is not installed: {INSTALL_HINT}")
         return 2
     torch.set_num_threads(resolve_threads(cfg.threads))
-    result = equivalence(cfg, keep_workdir=keep)
+    result = equivalence(cfg, keep_workdir=keep, insecure=insecure)
     print(result.data_label, "|", result.scale)
     print(result.table.round(6).to_string())
     print(describe(result.metrics))

@@ -21,12 +21,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--keep", action="store_true", help="deploy: keep the working folder it names (logs, "
                         "Flower's home, the app; by default removed after a run that succeeds)")
+    parser.add_argument("--insecure", action="store_true", help="deploy: no TLS and no SuperNode authentication, "
+                        "so any local process can join the federation and receive the model: LOCAL EXPERIMENTS ONLY "
+                        "(default: TLS with certificates made for the run, only registered SuperNodes may join)")
     args = parser.parse_args(argv)
     from ..config import ConfigError
     from ..experiments.flower import command
     try:
         return command(args.engine, args.profile, args.params, clients=args.clients, rounds=args.rounds,
-                       methods=args.methods.split(",") if args.methods else None, keep=args.keep)
+                       methods=args.methods.split(",") if args.methods else None, keep=args.keep,
+                       insecure=args.insecure)
     except ConfigError as exc:
         print(f"invalid configuration:\n{exc}", file=sys.stderr)
         return 1

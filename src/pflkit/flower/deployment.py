@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from . import OFFLINE_ENV, require_flower
+from .credentials import Credentials, make_credentials
 from .spec import RunSpec, specs_to_json
 
 CONNECTION = "pflkit-local"
@@ -84,11 +85,19 @@ def app_bundle(folder: Path, specs: list[RunSpec], results: Path) -> Path:
 
 class Deployment:
     """A SuperLink and ``num_nodes`` SuperNodes (partition-id 0..N-1) on 127.0.0.1; use as a context
-    manager. ``workdir``: logs, pids.json, Flower's home and the app (default: a new temp folder)."""
+    manager. ``workdir``: logs, pids.json, Flower's home and the app (default: a new temp folder).
+
+    Secure by default: TLS between the SuperLink and its SuperNodes and ``flwr``, and SuperNode
+    authentication (only the nodes whose public keys were registered may join), with credentials made for
+    the run (``credentials.make_credentials`` in ``<workdir>/credentials``) or given as ``credentials``
+    (real certificates). ``insecure=True`` turns both off: plain-text gRPC that any local process may join,
+    for local experiments only."""
 
     def __init__(self, num_nodes: int, workdir: str | Path | None = None, startup_timeout: float = 60.0,
-                 threads: int = 1):
+                 threads: int = 1, insecure: bool = False, credentials: Credentials | None = None):
         require_flower()
+        if insecure and credentials is not None:
+            raise ValueError("insecure=True runs without TLS and authentication: it takes no credentials")
         if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
             raise ValueError(f"num_nodes must be an integer >= 1, got {num_nodes!r}")
         self.num_nodes = num_nodes
@@ -103,6 +112,8 @@ class Deployment:
         self.env = {**os.environ, **OFFLINE_ENV, "PATH": path, "FLWR_HOME": str(self.home),
                     "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
         self.port: int | None = None
+        self.insecure = bool(insecure)
+        self.credentials = credentials
         self.started_seconds: float | None = None
         self.leftover: list[int] = []  # PIDs still alive after the last stop()
         self._old_handlers: dict = {}
@@ -134,16 +145,28 @@ class Deployment:
         ports = free_ports(self.num_nodes + 1)
         self.port = ports[0]
         self.home.mkdir(parents=True, exist_ok=True)
+        if not self.insecure and self.credentials is None:
+            self.credentials = make_credentials(self.workdir / "credentials", self.num_nodes)
+        cred = self.credentials
+        security = ("insecure = true" if self.insecure else f'root-certificates = "{cred.ca_cert}"')
         (self.home / "config.toml").write_text(
             f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
-            f'address = "127.0.0.1:{self.port}"\ninsecure = true\n')
+            f'address = "127.0.0.1:{self.port}"\n{security}\n')
+        link_security = ["--insecure"] if self.insecure else [
+            "--ssl-ca-certfile", str(cred.ca_cert), "--ssl-certfile", str(cred.server_cert),
+            "--ssl-keyfile", str(cred.server_key), "--enable-supernode-auth"]
         try:
-            link = self._spawn("superlink", [_tool("flower-superlink"), "--insecure", "--host", "127.0.0.1",
+            link = self._spawn("superlink", [_tool("flower-superlink"), *link_security, "--host", "127.0.0.1",
                                              "--port", str(self.port), "--disable-runtime-dependency-installation"])
             self._wait(lambda: _listening(self.port), "the SuperLink to listen on port %d" % self.port, [link])
+            if not self.insecure:
+                for j in range(self.num_nodes):
+                    self.register(cred.node_public_key(j))
             for j in range(self.num_nodes):
+                node_security = ["--insecure"] if self.insecure else [
+                    "--root-certificates", str(cred.ca_cert), "--auth-supernode-private-key", str(cred.node_keys[j])]
                 self._spawn(f"supernode-{j}", [
-                    _tool("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self.port}", "--host",
+                    _tool("flower-supernode"), *node_security, "--superlink", f"127.0.0.1:{self.port}", "--host",
                     "127.0.0.1", "--port", str(ports[j + 1]),
                     "--node-config", f"partition-id={j} num-partitions={self.num_nodes}"])
             nodes = [p for n, p in self.procs.items() if n.startswith("supernode")]
@@ -177,6 +200,14 @@ class Deployment:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"timed out after {self.startup_timeout:g} s waiting for {what}")
             time.sleep(0.1)
+
+    def register(self, public_key: Path) -> None:
+        """Register a SuperNode's public key with the SuperLink (``flwr supernode register``): only registered
+        nodes may join a SuperLink started with ``--enable-supernode-auth``."""
+        out = subprocess.run([_tool("flwr"), "supernode", "register", str(public_key), CONNECTION], env=self.env,
+                             cwd=self.workdir, capture_output=True, text=True, timeout=self.startup_timeout)
+        if out.returncode != 0:
+            raise RuntimeError(f"registering {public_key.name} with the SuperLink failed:\n{out.stdout}{out.stderr}")
 
     def kill_node(self, j: int) -> int:
         """Kill SuperNode j and its ClientApp at once (SIGKILL to its process group): a client dying
@@ -329,14 +360,16 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         pass
 
 
-def deploy(specs: list[RunSpec], workdir: str | Path | None = None, threads: int = 1, keep: bool = False) -> dict:
+def deploy(specs: list[RunSpec], workdir: str | Path | None = None, threads: int = 1, keep: bool = False,
+           insecure: bool = False) -> dict:
     """Start a deployment with one SuperNode per client of the specs' federation, run them, stop
     everything; returns the results with ``startup_seconds`` (processes up) and ``leftover_pids`` (none
     expected). Prints the working folder (logs, Flower's home, the app) first. A folder this call made
     (``workdir`` None) is removed after a run that succeeded unless ``keep``; after a failure it stays,
-    and the error is preceded by a line naming it."""
+    and the error is preceded by a line naming it. TLS and SuperNode authentication are on unless ``insecure``
+    (``Deployment``)."""
     specs = [specs] if isinstance(specs, RunSpec) else list(specs)
-    dep = Deployment(specs[0].federation().num_clients, workdir, threads=threads)
+    dep = Deployment(specs[0].federation().num_clients, workdir, threads=threads, insecure=insecure)
     remove = workdir is None and not keep
     print(f"Flower deployment: working folder {dep.workdir} (logs, Flower's home, the app; "
           f"{'removed at the end unless the run fails' if remove else 'kept'})", flush=True)
