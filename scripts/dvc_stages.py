@@ -169,6 +169,8 @@ def render(stages, root: Path = ROOT, data_stages=()) -> str:
         lines += [f"      - {d}" for d in (s.notebook, *inputs, *code_deps(s, root))]
         lines += ["    params:"] + [f"      - {p}" for p in params] + ["    outs:"]
         lines += [f"      - {o}" for o in s.outs]
+        if s.headline_file:  # the stage's headline numbers (pflkit.headline), kept in git
+            lines += ["    metrics:", f"      - {s.headline_file}:", "          cache: false"]
         if s.plots:
             lines.append("    plots:")
             for plot in s.plots:
