@@ -2,8 +2,8 @@
 
 A few numbers per stage (final accuracy or loss per method, the stage's claim margins, the dataset that
 ran and whether it is a substitute), picked from the stage's metrics.json by the ``headline`` entries of
-its row in the stage table (:class:`pflkit.stages.Headline`). The stage runner writes the file after the
-notebook (:func:`pflkit.notebooks.run_stage`); dvc.yaml declares it under ``metrics:`` with
+its row in the stage table (:class:`pflkit.stages.Headline`), under the stage's name. The stage runner
+writes the file after the notebook (:func:`pflkit.notebooks.run_stage`); dvc.yaml declares it under ``metrics:`` with
 ``cache: false``, so it is kept in git: a fresh clone's ``dvc metrics show`` shows the recorded run, and
 ``dvc metrics diff`` / ``dvc exp show --only-changed`` compare a new run with it.
 
@@ -106,7 +106,9 @@ def write_headline(stage: str, results_dir: Path) -> Path:
     if not isinstance(metrics, dict):
         raise HeadlineError(f"{source}: not a JSON object; written by stage {stage}: run `dvc repro {stage}`")
     target = Path(results_dir) / stage_table.HEADLINE_FILE
-    target.write_text(json.dumps(headline(metrics, row.headline), indent=1, sort_keys=True) + "\n")
+    # under the stage's name: every metric's name is then unique across the stages, which `dvc exp show` shows
+    # without the file's path (perm_fig1.accuracy.PERM, not results/perm_fig1/headline.json:accuracy.PERM)
+    target.write_text(json.dumps({stage: headline(metrics, row.headline)}, indent=1, sort_keys=True) + "\n")
     return target
 
 

@@ -49,8 +49,9 @@ def test_write_headline_writes_the_stage_tables_entries(tmp_path):
         "claim_perm_best": {"margin": 0.1}}))
     path = write_headline("perm_fig1", tmp_path)
     assert path == tmp_path / "headline.json"
-    assert json.loads(path.read_text()) == {"accuracy": {"FedAvg": 0.8, "PERM": 0.9}, "dataset": "fashion-mnist",
-                                            "perm_margin": 0.1, "substitute": True}
+    assert json.loads(path.read_text()) == {"perm_fig1": {"accuracy": {"FedAvg": 0.8, "PERM": 0.9},
+                                                          "dataset": "fashion-mnist", "perm_margin": 0.1,
+                                                          "substitute": True}}
 
 
 def test_write_headline_names_the_file_and_the_stage_to_rerun(tmp_path):
@@ -69,7 +70,7 @@ def test_main_rewrites_every_stage_with_results_and_says_which_did_not_run(tmp_p
     assert main(["--results", str(tmp_path)]) == 0
     err = capsys.readouterr().err
     assert "perm_fig6: not run" in err and "1 headline file(s) written" in err
-    assert json.loads((tmp_path / "perm_fig1/headline.json").read_text())["perm_margin"] == 0.0172
+    assert json.loads((tmp_path / "perm_fig1/headline.json").read_text())["perm_fig1"]["perm_margin"] == 0.0172
 
 
 def test_every_compute_stage_declares_its_headline_as_a_git_kept_dvc_metric():
@@ -85,6 +86,8 @@ def test_recorded_headline_has_every_entry_of_the_table_and_at_most_ten_numbers(
     """The headline files in git are the default pipeline's recorded run: each names every entry of its
     stage's row (a typo in a path would leave one out) and holds a few numbers."""
     recorded = json.loads((ROOT / "results" / stage / "headline.json").read_text())
+    assert list(recorded) == [stage]
+    recorded = recorded[stage]
     names = {h.name for h in stages.get(stage).headline}
     assert names <= set(recorded), f"missing: {names - set(recorded)}; run: python -m pflkit.headline {stage}"
 
