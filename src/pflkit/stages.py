@@ -28,17 +28,25 @@ from pathlib import PurePosixPath
 @dataclass(frozen=True)
 class Plot:
     """A DVC plot of a CSV the stage writes (``file`` inside ``results/<stage>/``), with DVC's plot
-    properties (None: not set)."""
+    properties (None: not set). ``y`` is one column, or several (a wide table: one column per method,
+    each drawn as its own line; dvc.yaml then defines the plot in its top-level ``plots:``, since a
+    stage's plot output takes one y column). ``template``: one of DVC's, or ``lines_by_label``
+    (.dvc/plots/lines_by_label.json: one line per value of the CSV's ``label`` column, and ``panel``)."""
 
     file: str
     x: str
     title: str
-    y: str | None = None
+    y: str | tuple[str, ...] | None = None
     template: str | None = None
     x_label: str | None = None
     y_label: str | None = None
 
-    def props(self) -> dict[str, str]:
+    @property
+    def wide(self) -> bool:
+        """Several y columns: a top-level plot definition in dvc.yaml."""
+        return isinstance(self.y, tuple)
+
+    def props(self) -> dict[str, str | tuple[str, ...]]:
         """The set properties in dvc.yaml's order: template, x, y, title, x_label, y_label."""
         keys = ("template", "x", "y", "title", "x_label", "y_label")
         return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
@@ -172,11 +180,13 @@ class Stage:
     @property
     def outs(self) -> list[str]:
         """Every output but the DVC plots: the executed notebook, then a plot stage's figures, or a compute
-        stage's results files, models folder and extra outputs."""
+        stage's results files, the CSVs of its wide plots (defined in dvc.yaml's top-level ``plots:``),
+        models folder and extra outputs."""
         report = [f"reports/{self.paper}/{self.stem}.ipynb"]
         if self.is_plot:
             return report + [f"{self.figures_dir}/{f}.{ext}" for f in self.figure_names for ext in ("png", "svg")]
-        return (report + self.result_files + ([self.models_dir] if self.models else [])
+        wide = [f"{self.results_dir}/{p.file}" for p in self.plots if p.wide]
+        return (report + self.result_files + wide + ([self.models_dir] if self.models else [])
                 + list(self.extra_outs))
 
     @property
@@ -274,7 +284,14 @@ _NN_HEADLINE = (_h("substitute", "tasks", "*", "is_substitute"), _h("holds", _NN
 
 
 def _chayti_curves(title: str) -> tuple[Plot, ...]:
-    return (Plot("curves.csv", template="scatter", x="step", y="mean", title=title),)
+    return (Plot("curves.csv", template="lines_by_label", x="step", y="mean", title=title),)
+
+
+#: the method columns of PERM's curve tables (curves_accuracy.csv: one per method that runs under the default
+#: profile, and the majority-class baseline); tests/unit/test_dvc_plots.py checks them against params.yaml
+_PERM_FIG1_METHODS = ("FedAvg", "Local", "Localized FedAvg", "Majority class", "PERM", "Per-FedAvg (FO)", "pFedMe")
+_PERM_HETERO_METHODS = ("FedRolex + FT", "HeteroFL + FT", "Majority class", "PERM-hetero", "PERM-hetero (paper D)",
+                        "Small-model FedAvg + FT")
 
 
 def plot_stage(source: Stage, figures: tuple[str, ...] | None = None) -> Stage:
@@ -321,7 +338,7 @@ STAGES: tuple[Stage, ...] = _with_plots(
     Stage("perm_fig1", "perm", "notebooks/perm/fig1_synthetic.py", f"{_PERM}:PermFig1Config",
           results=("history.csv", "run.json"), tune=f"{_PERM}:lr_sweep",
           data=(_synthetic("perm_fig1"),), models=True, headline=_PERM_FINAL,
-          plots=(Plot("curves_accuracy.csv", x="round", y_label="accuracy",
+          plots=(Plot("curves_accuracy.csv", x="round", y=_PERM_FIG1_METHODS, y_label="accuracy",
                       title="PERM Fig. 1 (synthetic): mean personalized test accuracy"),)),
     Stage("perm_fig6", "perm", "notebooks/perm/fig6_mnist_alpha.py", f"{_PERM}:PermFig6Config",
           results=("run.json", "alpha_summary.csv", "alpha.csv"), data=("mnist",), models=True,
@@ -411,7 +428,7 @@ STAGES: tuple[Stage, ...] = _with_plots(
           headline=(_h("accuracy", "claim", "groups", "*", "perm_hetero"),
                     _h("margin", "claim", "groups", "*", "margin"),
                     _h("fits_budget", "claim", "every_model_fits_its_budget")),
-          plots=(Plot("curves_accuracy.csv", x="round", y_label="accuracy",
+          plots=(Plot("curves_accuracy.csv", x="round", y=_PERM_HETERO_METHODS, y_label="accuracy",
                       title="PERM Sec. 3.3 (heterogeneous models): mean personalized test accuracy"),)),
     Stage("flower_equivalence", "flower", "notebooks/flower/equivalence.py",
           "pflkit.experiments.flower:FlowerEquivalenceConfig",
