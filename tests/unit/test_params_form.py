@@ -99,3 +99,10 @@ def test_a_comment_after_a_list_is_reported(tmp_path, capsys):
     path.write_text("a:\n  xs:\n  - 1\n\n# about b\nb:\n  y: 1\n")
     assert params_form.main(["--check", "--path", str(path)]) == 1
     assert "-# about b" in capsys.readouterr().err
+
+
+def test_dvc_reads_yaml_with_the_c_parser():
+    """DVC parses params.yaml once per stage that has params (61 here); ruamel.yaml's C parser
+    (ruamel.yaml.clib, a dev dependency) makes a no-op `dvc status` 2.3 s instead of 5.9 s (issue 30)."""
+    from ruamel.yaml import YAML
+    assert YAML(typ="safe").Parser.__name__ == "CParser", "ruamel.yaml.clib missing: pip install -e '.[dev]'"
