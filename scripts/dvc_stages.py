@@ -169,13 +169,30 @@ def render(stages, root: Path = ROOT, data_stages=()) -> str:
         lines += [f"      - {d}" for d in (s.notebook, *inputs, *code_deps(s, root))]
         lines += ["    params:"] + [f"      - {p}" for p in params] + ["    outs:"]
         lines += [f"      - {o}" for o in s.outs]
-        if s.plots:
+        if s.headline_file:  # the stage's headline numbers (pflkit.headline), kept in git
+            lines += ["    metrics:", f"      - {s.headline_file}:", "          cache: false"]
+        if any(not plot.wide for plot in s.plots):
             lines.append("    plots:")
             for plot in s.plots:
-                lines.append(f"      - {s.results_dir}/{plot.file}:")
-                lines += [f"          {k}: {json.dumps(v) if k == 'title' else v}" for k, v in plot.props().items()]
+                if not plot.wide:
+                    lines.append(f"      - {s.results_dir}/{plot.file}:")
+                    lines += [f"          {k}: {json.dumps(v) if k == 'title' else v}" for k, v in plot.props().items()]
     lines += claims_stage(stages, root)
+    lines += wide_plots(stages)
     return "\n".join(lines) + "\n"
+
+
+def wide_plots(stages) -> list[str]:
+    """dvc.yaml's top-level ``plots:``: each plot of several y columns (one line per method), keyed by its CSV
+    (a stage output). A stage's own ``plots:`` entry takes one y column only (DVC's schema)."""
+    lines = []
+    for s in stages:
+        for plot in s.plots:
+            if plot.wide:
+                lines.append(f"  - {s.results_dir}/{plot.file}:")
+                for k, v in plot.props().items():
+                    lines.append(f"      {k}: {json.dumps(list(v) if k == 'y' else v) if k in ('y', 'title') else v}")
+    return ["plots:", *lines] if lines else []
 
 
 def claims_stage(stages, root: Path = ROOT) -> list[str]:

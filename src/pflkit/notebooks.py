@@ -297,6 +297,12 @@ def _check_pair(stage: str, notebook: Path, root: Path) -> Path:
     return Path(expected)
 
 
+def _is_compute_stage(stage: str) -> bool:
+    from . import stages
+    row = stages.get(stage)
+    return row is not None and not row.is_plot
+
+
 TWIN_SHA256_ENV = "PFLKIT_TWIN_SHA256"
 
 
@@ -324,7 +330,8 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
     half-written results) and the failed notebook is kept whole as ``build/failed/<stage>.ipynb`` (every
     save of the running notebook is written whole and kept in memory; a copy that cannot be written whole
     is not kept: never a truncated one); a success removes a stale one.
-    Files are written with the usual mode (0o666 & ~umask).
+    Files are written with the usual mode (0o666 & ~umask). A compute stage's headline numbers, its DVC
+    metrics, are written from the metrics.json the notebook wrote (``pflkit.headline.write_headline``).
 
     Progress goes to stderr: a start line, each line the kernel writes with
     :func:`pflkit.progress.note` as ``[<stage> <elapsed>s] <line>``, and an end line with the time.
@@ -400,6 +407,9 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
                     "figures_dir": cfg.figures_dir})
             finally:
                 echo.stop()
+        if _is_compute_stage(stage):  # its DVC metrics, from the metrics.json it wrote (pflkit.headline)
+            from .headline import write_headline
+            write_headline(stage, root / cfg.results_dir)
         executed.metadata.setdefault("papermill", {}).update(
             input_path=str(twin.relative_to(root)), output_path=str(report.relative_to(root)))
         with atomic_path(report) as part:  # inside the clean-up: a failed write leaves no report

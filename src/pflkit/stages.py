@@ -28,21 +28,48 @@ from pathlib import PurePosixPath
 @dataclass(frozen=True)
 class Plot:
     """A DVC plot of a CSV the stage writes (``file`` inside ``results/<stage>/``), with DVC's plot
-    properties (None: not set)."""
+    properties (None: not set). ``y`` is one column, or several (a wide table: one column per method,
+    each drawn as its own line; dvc.yaml then defines the plot in its top-level ``plots:``, since a
+    stage's plot output takes one y column). ``template``: one of DVC's, or ``lines_by_label``
+    (.dvc/plots/lines_by_label.json: one line per value of the CSV's ``label`` column, and ``panel``)."""
 
     file: str
     x: str
     title: str
-    y: str | None = None
+    y: str | tuple[str, ...] | None = None
     template: str | None = None
     x_label: str | None = None
     y_label: str | None = None
 
-    def props(self) -> dict[str, str]:
+    @property
+    def wide(self) -> bool:
+        """Several y columns: a top-level plot definition in dvc.yaml."""
+        return isinstance(self.y, tuple)
+
+    def props(self) -> dict[str, str | tuple[str, ...]]:
         """The set properties in dvc.yaml's order: template, x, y, title, x_label, y_label."""
         keys = ("template", "x", "y", "title", "x_label", "y_label")
         return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
 
+
+@dataclass(frozen=True)
+class Headline:
+    """One headline number of a compute stage (a DVC metric in ``results/<stage>/headline.json``): the value
+    at ``path``, a tuple of keys into the stage's metrics.json. A key may be a glob (``*``, ``*/PERM``): the
+    entry is then a mapping from each matched key to its value, or with ``reduce`` (``max`` | ``min``) the
+    largest or smallest of them. Written by :func:`pflkit.headline.headline`."""
+
+    name: str
+    path: tuple[str, ...]
+    reduce: str | None = None
+
+
+def _h(name: str, *path: str, reduce: str | None = None) -> Headline:
+    return Headline(name, path, reduce)
+
+
+#: the file a compute stage's headline numbers go to, in results/<stage>/ (a DVC metric kept in git)
+HEADLINE_FILE = "headline.json"
 
 #: prepared datasets live here, one folder per dataset (a DVC output of its data stage)
 PREPARED = "data/prepared"
@@ -68,7 +95,10 @@ class Stage:
     * ``source``: a plot stage's compute stage: it reads that stage's results folder only;
     * ``extra_outs`` / ``extra_deps``: other outputs and inputs (another stage's outputs);
     * ``tune``: ``"module:function"`` of the learning-rate sweep of ``python -m pflkit tune``; None:
-      the stage cannot be tuned.
+      the stage cannot be tuned;
+    * ``headline``: a compute stage's few headline numbers (:class:`Headline`), its DVC metrics: besides
+      them every headline file names the ``dataset`` that ran and whether it is a ``substitute`` when
+      metrics.json says so.
     """
 
     name: str
@@ -84,6 +114,7 @@ class Stage:
     data: tuple[str, ...] = ()
     models: bool = False
     source: str | None = None
+    headline: tuple[Headline, ...] = ()
 
     @property
     def stem(self) -> str:
@@ -137,6 +168,11 @@ class Stage:
         return [f"{self.results_dir}/{f}" for f in ("metrics.json", *self.results)]
 
     @property
+    def headline_file(self) -> str | None:
+        """A compute stage's DVC metrics file (``metrics:``, ``cache: false``: kept in git); None for a plot stage."""
+        return None if self.is_plot else f"{self.results_dir}/{HEADLINE_FILE}"
+
+    @property
     def plot_files(self) -> list[str]:
         """The CSVs of ``plots`` (DVC outputs too, listed under plots)."""
         return [f"{self.results_dir}/{p.file}" for p in self.plots]
@@ -144,11 +180,13 @@ class Stage:
     @property
     def outs(self) -> list[str]:
         """Every output but the DVC plots: the executed notebook, then a plot stage's figures, or a compute
-        stage's results files, models folder and extra outputs."""
+        stage's results files, the CSVs of its wide plots (defined in dvc.yaml's top-level ``plots:``),
+        models folder and extra outputs."""
         report = [f"reports/{self.paper}/{self.stem}.ipynb"]
         if self.is_plot:
             return report + [f"{self.figures_dir}/{f}.{ext}" for f in self.figure_names for ext in ("png", "svg")]
-        return (report + self.result_files + ([self.models_dir] if self.models else [])
+        wide = [f"{self.results_dir}/{p.file}" for p in self.plots if p.wide]
+        return (report + self.result_files + wide + ([self.models_dir] if self.models else [])
                 + list(self.extra_outs))
 
     @property
@@ -209,16 +247,51 @@ def _synthetic(stage: str) -> str:
     return f"{_SYNTHETIC}/{stage}"
 
 
+#: the headline numbers of the Charles et al. frontier figures (analytic: no dataset), per figure
+_FRONTIER_HEADLINES: dict[int, tuple[Headline, ...]] = {
+    1: (_h("delta_at_rho_half_min", "summary", "('gamma *", "delta_at_rho_0.5", reduce="min"),
+        _h("delta_max", "summary", "*", "delta_max", reduce="max")),
+    2: (_h("heavy_ball_max_asymmetry", "heavy_ball_max_asymmetry"),
+        _h("delta_max", "summary", "*", "delta_max", reduce="max")),
+    3: (_h("distance_to_alpha0_max", "summary", "*", "distance_to_alpha0_frontier", reduce="max"),
+        _h("delta_max", "summary", "*", "delta_max", reduce="max")),
+    4: (_h("maml_distance_to_fedavg_max", "summary", "(*, 'MAML (Theta_K)')", "maml_distance_to_fedavg",
+           reduce="max"),
+        _h("delta_max", "summary", "*", "delta_max", reduce="max")),
+    9: (_h("distance_to_alpha0_max", "summary", "*", "distance_to_alpha0_frontier", reduce="max"),
+        _h("delta_max", "summary", "*", "delta_max", reduce="max")),
+}
+#: Figs. 5, 7, 8, 10 (simulated MAML): the cusp against the closed form
+_CUSP_HEADLINE = (_h("max_cusp_abs_difference", "max_cusp_abs_difference"),
+                  _h("fedavg_end_delta_max", "summary", "*", "fedavg_end_delta", reduce="max"))
+
+
 def _frontier_stage(n: int, notebook: str) -> Stage:
     """A Charles et al. Pareto-frontier figure: notebooks/charles/<notebook>.py, CharlesFig<n>Config."""
     return Stage(f"charles_fig{n}", "charles", f"notebooks/charles/{notebook}.py", f"{_CHARLES}:CharlesFig{n}Config",
-                 results=("run.json",),
+                 results=("run.json",), headline=_FRONTIER_HEADLINES.get(n, _CUSP_HEADLINE),
                  plots=(Plot("frontier.csv", template="scatter", x="rho", y="delta",
                              title=f"Charles & Konecny Fig. {n}: Pareto frontier", x_label="rho", y_label="Delta"),))
 
 
+#: PERM's accuracy stages: every method's final personalized accuracy (mean over seeds) and PERM's margin
+_PERM_FINAL = (_h("accuracy", "final", "*", "accuracy_mean"), _h("perm_margin", "claim_perm_best", "margin"))
+_PERM_ALPHA_MARGIN = _h("perm_alpha_margin", "claim_perm_alpha_best", "margin")
+#: Charles et al.'s neural-network stages: per task, a substitute ran?, the claim holds?, and its gap
+_NN_CLAIM = "claim_larger_gamma_faster_early_worse_final"
+_NN_HEADLINE = (_h("substitute", "tasks", "*", "is_substitute"), _h("holds", _NN_CLAIM, "*", "holds"),
+                _h("largest_gamma_gap", _NN_CLAIM, "*", "largest_gamma_final_minus_best_final"))
+
+
 def _chayti_curves(title: str) -> tuple[Plot, ...]:
-    return (Plot("curves.csv", template="scatter", x="step", y="mean", title=title),)
+    return (Plot("curves.csv", template="lines_by_label", x="step", y="mean", title=title),)
+
+
+#: the method columns of PERM's curve tables (curves_accuracy.csv: one per method that runs under the default
+#: profile, and the majority-class baseline); tests/unit/test_dvc_plots.py checks them against params.yaml
+_PERM_FIG1_METHODS = ("FedAvg", "Local", "Localized FedAvg", "Majority class", "PERM", "Per-FedAvg (FO)", "pFedMe")
+_PERM_HETERO_METHODS = ("FedRolex + FT", "HeteroFL + FT", "Majority class", "PERM-hetero", "PERM-hetero (paper D)",
+                        "Small-model FedAvg + FT")
 
 
 def plot_stage(source: Stage, figures: tuple[str, ...] | None = None) -> Stage:
@@ -258,17 +331,20 @@ DATA_STAGES: tuple[DataStage, ...] = (
 
 _PERM_FIG4 = Stage("perm_fig4", "perm", "notebooks/perm/fig4_emnist.py", f"{_PERM}:PermFig4Config",
                    results=("history.csv", "run.json", "curves_accuracy.csv"), data=("emnist-byclass", "fashion-mnist"),
-                   models=True, tune=f"{_PERM}:lr_sweep")
+                   models=True, tune=f"{_PERM}:lr_sweep", headline=(*_PERM_FINAL, _PERM_ALPHA_MARGIN))
 
 #: every notebook stage, in dvc.yaml's order (after the data stages); each compute stage before its plot stage
 STAGES: tuple[Stage, ...] = _with_plots(
     Stage("perm_fig1", "perm", "notebooks/perm/fig1_synthetic.py", f"{_PERM}:PermFig1Config",
           results=("history.csv", "run.json"), tune=f"{_PERM}:lr_sweep",
-          data=(_synthetic("perm_fig1"),), models=True,
-          plots=(Plot("curves_accuracy.csv", x="round", y_label="accuracy",
+          data=(_synthetic("perm_fig1"),), models=True, headline=_PERM_FINAL,
+          plots=(Plot("curves_accuracy.csv", x="round", y=_PERM_FIG1_METHODS, y_label="accuracy",
                       title="PERM Fig. 1 (synthetic): mean personalized test accuracy"),)),
     Stage("perm_fig6", "perm", "notebooks/perm/fig6_mnist_alpha.py", f"{_PERM}:PermFig6Config",
-          results=("run.json", "alpha_summary.csv", "alpha.csv"), data=("mnist",), models=True),
+          results=("run.json", "alpha_summary.csv", "alpha.csv"), data=("mnist",), models=True,
+          headline=(_h("same_label_mass", "panels", "*", "same_label_mass_mean"),
+                    _h("self_weight", "panels", "*", "self_weight_mean"),
+                    _h("effective_support", "panels", "*", "effective_support_mean"))),
     _frontier_stage(1, "fig1_frontiers_gamma_and_K"),
     _frontier_stage(2, "fig2_server_momentum"),
     _frontier_stage(3, "fig3_proximal"),
@@ -280,54 +356,87 @@ STAGES: tuple[Stage, ...] = _with_plots(
     _frontier_stage(10, "fig10_simulated_maml_alpha"),
     (Stage("charles_theory", "charles", "notebooks/charles/theory_checks.py", f"{_CHARLES}:CharlesTheoryConfig",
            results=("theorem1.csv", "theorem2.csv", "lemmas34.csv", "lemma5.csv", "table2.csv", "central.csv",
-                    "run.json")), ()),
+                    "run.json"),
+           headline=(_h("theorem1_exact_error_max", "theorem1", "*", "exact max abs error", reduce="max"),
+                     _h("theorem1_mc_holds_min", "theorem1", "*", "MC holds", reduce="min"),
+                     _h("theorem2_max", "theorem2", "*", "max |MAML - grad f~(Theta_2K+1)|", reduce="max"),
+                     _h("lemma5_holds_min", "lemma5", "*", "holds", reduce="min"),
+                     _h("table2_relative_difference_max", "table2", "*", "relative difference", reduce="max"))),
+     ()),
     Stage("perm_alpha_convergence", "perm", "notebooks/perm/alpha_convergence.py",
           f"{_PERM}:PermAlphaConvergenceConfig", results=("run.json", "convergence.csv", "own_group_mass.csv"),
-          data=(_synthetic("perm_alpha_convergence"),), models=True),
+          data=(_synthetic("perm_alpha_convergence"),), models=True,
+          headline=(_h("alpha_error_l1", "alpha_error_l1"), _h("w_error", "w_error"),
+                    _h("own_group_mass_mean", "own_group_mass_mean"), _h("own_group_mass_min", "own_group_mass_min"))),
     Stage("chayti_fig1", "chayti", "notebooks/chayti/fig1_speedup.py", f"{_CHAYTI}:ChaytiFig1Config",
           results=("heatmap.csv", "run.json"),
+          headline=(_h("max_abs_z", "max_abs_z"), _h("linear_regime", "linear_regime", "*")),
           plots=(Plot("check.csv", template="scatter", x="tau", y="speedup_measured",
                       title="Chayti Fig. 1: measured WGA(a*) speedup vs tau"),)),
     Stage("chayti_fig2", "chayti", "notebooks/chayti/fig2_convergence.py", f"{_CHAYTI}:ChaytiFig2Config",
           results=("final.csv", "tuning.csv", "run.json"),
+          headline=(_h("bc_lowest_final", "claims", "*", "bc_lowest_final"),
+                    _h("bc_over_alone", "claims", "*", "bc_over_alone")),
           plots=_chayti_curves("Chayti Fig. 2: mean loss of Alone, WGA, BC")),
     Stage("chayti_fig3", "chayti", "notebooks/chayti/fig3_bc_zeta.py", f"{_CHAYTI}:ChaytiFig3Config",
           results=("final.csv", "run.json"),
+          headline=(_h("tail", "final", "*", "tail"), _h("same_level_within_4se", "claims", "same_level_within_4se"),
+                    _h("tail_relative_range", "claims", "tail_relative_range")),
           plots=_chayti_curves("Chayti Fig. 3: mean BC loss for several zeta")),
     Stage("chayti_fig4", "chayti", "notebooks/chayti/fig4_wga_zeta.py", f"{_CHAYTI}:ChaytiFig4Config",
           results=("final.csv", "run.json"),
+          headline=(_h("tail_over_paper_floor", "claims", "tail_over_paper_floor", "*"),
+                    _h("loglog_slope", "claims", "loglog_slope_tail_vs_zeta_bias_dominated")),
           plots=_chayti_curves("Chayti Fig. 4: mean WGA loss for several zeta")),
     Stage("chayti_fig5", "chayti", "notebooks/chayti/fig5_bc_collaborators.py", f"{_CHAYTI}:ChaytiFig5Config",
           results=("final.csv", "run.json"),
+          headline=(_h("tail", "final", "*", "tail"),
+                    _h("tail_ratio", "claims", "tail_ratio_between_consecutive_N", "*")),
           plots=_chayti_curves("Chayti Fig. 5: mean BC loss for several N")),
     Stage("perm_fig2", "perm", "notebooks/perm/fig2_cifar10.py", f"{_PERM}:PermFig2Config",
           results=("history.csv", "run.json", "curves_accuracy.csv"), data=("cifar10", "fashion-mnist"), models=True,
-          tune=f"{_PERM}:lr_sweep"),
+          tune=f"{_PERM}:lr_sweep", headline=(*_PERM_FINAL, _PERM_ALPHA_MARGIN)),
     Stage("perm_fig3", "perm", "notebooks/perm/fig3_round_time.py", f"{_PERM}:PermFig3Config",
-          results=("times.csv", "run.json"), data=(_synthetic("perm_fig3"), "mnist")),
+          results=("times.csv", "run.json"), data=(_synthetic("perm_fig3"), "mnist"),
+          headline=(_h("perm_vs_fedavg", "seconds_per_round", "*/PERM", "vs_fedavg"),
+                    _h("seconds_per_round", "seconds_per_round", "mnist-mlp/*", "mean"))),
     _PERM_FIG4,
     Stage("perm_fig5", "perm", "notebooks/perm/fig5_alpha_heatmap.py", f"{_PERM}:PermFig5Config",
-          results=("run.json", "alpha.csv"), extra_deps=(f"{_PERM_FIG4.models_dir}/alpha.npz",)),
+          results=("run.json", "alpha.csv"), extra_deps=(f"{_PERM_FIG4.models_dir}/alpha.npz",),
+          headline=(_h("corr_alpha_label_overlap", "corr(alpha_ij, label overlap), i != j"),
+                    _h("effective_support", "effective support (mean 1/sum a^2)"),
+                    _h("same_label_mass", "mass on same-majority-label clients"),
+                    _h("self_weight", "self weight (mean)"))),
     Stage("charles_fig12", "charles", "notebooks/charles/fig12_client_lr_fixed_eta.py", f"{_NN}:CharlesFig12Config",
-          results=("history.csv", "run.json", "diverged.csv"), data=_NN_DATA, models=True),
+          results=("history.csv", "run.json", "diverged.csv"), data=_NN_DATA, models=True, headline=_NN_HEADLINE),
     Stage("charles_fig13", "charles", "notebooks/charles/fig13_client_lr_tuned_eta.py", f"{_NN}:CharlesFig13Config",
           results=("history.csv", "run.json", "diverged.csv", "grid.csv"), data=_NN_DATA, models=True,
+          headline=_NN_HEADLINE,
           plots=(Plot("tuned.csv", template="scatter", x="gamma", y="score",
                       title="Charles & Konecny Fig. 13: final training loss with eta tuned, per gamma",
                       x_label="gamma (client learning rate)", y_label="training loss"),)),
     (Stage("charles_fig6", "charles", "notebooks/charles/fig6_server_momentum_and_alpha_femnist.py",
            f"{_NN}:CharlesFig6Config", results=("history.csv", "run.json", "diverged.csv", "grid.csv", "tuned.csv"),
-           data=("femnist", "fashion-mnist"), models=True),
+           data=("femnist", "fashion-mnist"), models=True,
+           headline=(_h("dataset", "tasks", "*", "dataset"), _h("substitute", "tasks", "*", "is_substitute"),
+                     _h("alpha_spread_final_accuracy", "claims", "alpha_spread_final_accuracy"),
+                     _h("momentum_gain", "claims", "momentum_speeds_convergence", "*", "acc_mean_over_rounds_gain"))),
      ("fig6_server_momentum_and_alpha_femnist", "fig11_server_momentum_and_alpha_femnist")),
     Stage("perm_hetero", "perm", "notebooks/perm/hetero.py", "pflkit.experiments.perm_hetero:PermHeteroConfig",
           results=("run.json", "history.csv", "groups.csv", "costs.csv", "clients.csv"),
           data=("fashion-mnist",), models=True,
-          plots=(Plot("curves_accuracy.csv", x="round", y_label="accuracy",
+          headline=(_h("accuracy", "claim", "groups", "*", "perm_hetero"),
+                    _h("margin", "claim", "groups", "*", "margin"),
+                    _h("fits_budget", "claim", "every_model_fits_its_budget")),
+          plots=(Plot("curves_accuracy.csv", x="round", y=_PERM_HETERO_METHODS, y_label="accuracy",
                       title="PERM Sec. 3.3 (heterogeneous models): mean personalized test accuracy"),)),
     Stage("flower_equivalence", "flower", "notebooks/flower/equivalence.py",
           "pflkit.experiments.flower:FlowerEquivalenceConfig",
           results=("history.csv", "run.json", "final.csv", "differences.csv"),
-          data=(_synthetic("flower_equivalence"),), models=True),
+          data=(_synthetic("flower_equivalence"),), models=True,
+          headline=(_h("accuracy", "in_process", "*", "accuracy"),
+                    _h("loopback_max_diff", "loopback", "*", "max_abs_diff_accuracy", reduce="max"),
+                    _h("flower_max_diff", "flower", "*", "*", "max_abs_diff_accuracy", reduce="max"))),
 )
 
 #: name -> stage (notebook stages); DATA_BY_KEY: data stage key -> data stage

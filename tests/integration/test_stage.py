@@ -80,6 +80,11 @@ def test_stage_writes_report_metrics_models_and_its_plot_stage_the_figures(tmp_p
     assert set(metrics["final"]) == {"Local", "FedAvg", "Localized FedAvg", "PERM", "Per-FedAvg (FO)", "pFedMe",
                                      "Majority class"}
     assert 0.0 <= metrics["final"]["FedAvg"]["accuracy_mean"] <= 1.0
+    # the runner wrote the stage's headline (its DVC metrics) from metrics.json
+    head = json.loads((proj / "results/perm_fig1/headline.json").read_text())["perm_fig1"]
+    assert head["dataset"] == "perm-synthetic" and head["substitute"] is False
+    assert head["perm_margin"] == pytest.approx(metrics["claim_perm_best"]["margin"], rel=1e-5)
+    assert head["accuracy"] == {m: pytest.approx(v["accuracy_mean"], rel=1e-5) for m, v in metrics["final"].items()}
     history = (proj / "results/perm_fig1/history.csv").read_text().splitlines()
     assert history[0] == "round,method,seed,metric,value"
     png = proj / "figures/perm/fig1_synthetic.png"
@@ -153,9 +158,15 @@ def test_dvc_repro_is_cached_and_interactive_runs_do_not_invalidate(tmp_path):
     _run(git + ["commit", "-qm", "baseline"], proj)
     _run([dvc, "exp", "run", "-S", f"{STAGE}.rounds=1"], proj)
     assert json.loads((proj / "results/perm_fig1/run.json").read_text())["config"]["rounds"] == 1
-    # the experiment is recorded with its parameter (DVC's metrics are the claims stage's, not in this project)
+    # the experiment is recorded with its parameter and the stage's headline metrics, which DVC compares
+    # with the committed run's (headline.json: cache: false, kept in git)
     shown = json.loads(_run([dvc, "exp", "show", "--json"], proj).stdout)
     assert re.search(r'"rounds": 1[,}]', json.dumps(shown)), "the experiment's params (rounds = 1) are not recorded"
+    assert '"perm_margin"' in json.dumps(shown), "the experiment's headline metrics are not recorded"
+    head = json.loads((proj / "results/perm_fig1/headline.json").read_text())["perm_fig1"]
+    diff = json.loads(_run([dvc, "metrics", "diff", "--all", "--json"], proj).stdout)["results/perm_fig1/headline.json"]
+    assert diff["perm_fig1.perm_margin"]["new"] == head["perm_margin"] and "old" in diff["perm_fig1.perm_margin"]
+    assert set(diff) >= {f"perm_fig1.accuracy.{m}" for m in head["accuracy"]}
 
 
 def test_dvc_repro_executes_the_twin_dvc_tracks_not_the_stored_ipynb(tmp_path):
