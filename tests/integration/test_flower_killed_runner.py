@@ -79,6 +79,10 @@ def test_killing_the_stage_runner_ends_the_whole_federation(tmp_path, sig):
             log = (tmp_path / "runner.log").read_text()[-3000:]
             raise AssertionError(f"{exc}; the runner's output:\n{log}") from None
         assert len(_running(federation)) >= 1 + 3 + 1  # SuperLink, 3 SuperNodes, flwr run (and helpers)
+        deadline = time.monotonic() + 30  # the stage's progress lines reach the runner's terminal
+        while "deployment round 1/" not in (tmp_path / "runner.log").read_text() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert "flower_equivalence: seed 0: deployment round 1/" in (tmp_path / "runner.log").read_text()
         runner.send_signal(sig)
         runner.wait(60)
         deadline = time.monotonic() + 45

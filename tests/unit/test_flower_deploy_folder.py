@@ -13,7 +13,7 @@ from pflkit.flower import deployment  # noqa: E402
 class FakeDeployment:
     made: list[Path] = []
 
-    def __init__(self, num_nodes, workdir, threads=1):
+    def __init__(self, num_nodes, workdir, threads=1, insecure=False):
         self.workdir = Path(workdir) if workdir else Path(deployment.tempfile.mkdtemp(prefix="pflkit-flower-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "superlink.log").write_text("log")
@@ -26,7 +26,7 @@ class FakeDeployment:
     def __exit__(self, *exc):
         return None
 
-    def run(self, specs):
+    def run(self, specs, on_round=None):
         if FakeDeployment.fail:
             raise RuntimeError("the ServerApp failed")
         return {"runs": []}

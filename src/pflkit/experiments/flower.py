@@ -20,6 +20,7 @@ from ..flower import ENGINE_NAMES, INSTALL_HINT, flower_installed
 from ..flower.loopback import run_loopback
 from ..flower.spec import RunSpec
 from ..models import logistic
+from ..progress import Timer, note
 from ..report import environment
 from ..runner import HISTORY_COLUMNS, run
 from .perm import METHODS, PermFig1Config
@@ -98,6 +99,7 @@ def equivalence(cfg: FlowerEquivalenceConfig, engines: list[str] | None = None, 
     ran = [IN_PROCESS, LOOPBACK] + (engines if installed else [])
     model = FunctionalModel(lambda: logistic((cfg.dim,), 2), "cpu")  # Flower's clients run on the CPU
     frames, timings, states = [], [], {}
+    timer = Timer()
     for seed in cfg.seeds:
         methods = specs_for(cfg, seed, model)
         data = cfg.synthetic(seed).with_batch_order(cfg.batch_order)
@@ -108,14 +110,19 @@ def equivalence(cfg: FlowerEquivalenceConfig, engines: list[str] | None = None, 
             timings.append({"engine": IN_PROCESS, "seed": seed, "method": name,
                             "seconds_per_round_with_evaluation": (time.perf_counter() - t0) / cfg.rounds})
             frames.append(run_loopback(spec)[0].assign(engine=LOOPBACK))
+            note(f"{cfg.stage}: {name}, seed {seed}: in-process and one-process protocol done ({timer})")
         specs = [spec for _, spec in methods.values()]
         for engine in engines if installed else []:
+            note(f"{cfg.stage}: seed {seed}: {ENGINE_NAMES[engine]} starting ({timer})")
             if engine == "simulation":
                 from ..flower.simulation import simulate
                 out = simulate(specs, num_cpus=cfg.ray_cpus, object_store_mb=cfg.object_store_mb, quiet=True)
             else:
                 from ..flower.deployment import deploy
-                out = deploy(specs, workdir=workdir, keep=keep_workdir, insecure=insecure)
+                def on_round(done, total, seed=seed):
+                    note(f"{cfg.stage}: seed {seed}: deployment round {done}/{total} (all methods) ({timer})")
+                out = deploy(specs, workdir=workdir, keep=keep_workdir, insecure=insecure, on_round=on_round)
+            note(f"{cfg.stage}: seed {seed}: {ENGINE_NAMES[engine]} done ({timer})")
             frames.append(_engine_rows(engine, out["runs"]))
             timings.append({"seed": seed, **_timing(engine, out)})
     order = {e: i for i, e in enumerate((IN_PROCESS, LOOPBACK, *ENGINES))}

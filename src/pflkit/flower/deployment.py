@@ -286,9 +286,9 @@ class Deployment:
         return Run(self, name, self._spawn(name, [_tool("flwr"), "run", str(folder), CONNECTION, "--stream"]),
                    results, specs)
 
-    def run(self, specs: list[RunSpec], timeout: float | None = None) -> dict:
+    def run(self, specs: list[RunSpec], timeout: float | None = None, on_round=None) -> dict:
         """Submit ``specs``, wait for them to end and return the ServerApp's results (``Run.wait``)."""
-        return self.submit(specs).wait(timeout)
+        return self.submit(specs).wait(timeout, on_round)
 
     # ------------------------------------------------------------------ clean-up hooks
     def _install_handlers(self) -> None:
@@ -329,16 +329,21 @@ class Run:
         path = self.results.with_suffix(".progress")
         return len(path.read_text().split()) if path.exists() else 0
 
-    def wait(self, timeout: float | None = None) -> dict:
+    def wait(self, timeout: float | None = None, on_round=None) -> dict:
         """Wait for the run to end (at most ``timeout`` seconds; default: the spec's per-pass timeout times
         a bound on its passes) and return the ServerApp's results; a run that failed raises RuntimeError
-        with the end of its log (the ServerApp's error: which client, node, round and pass)."""
+        with the end of its log (the ServerApp's error: which client, node, round and pass).
+        ``on_round(done, total)`` is called whenever more rounds (all specs together) have finished."""
         limit = timeout if timeout is not None else sum(s.timeout * (4 * s.rounds + 4) for s in self.specs)
-        try:
-            self.proc.wait(limit)
-        except subprocess.TimeoutExpired:
-            raise TimeoutError(f"the run did not end within {limit:g} s:\n"
-                               + self.deployment.log_tail(self.name)) from None
+        total, seen, deadline = sum(s.rounds for s in self.specs), 0, time.monotonic() + limit
+        while self.proc.poll() is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the run did not end within {limit:g} s:\n" + self.deployment.log_tail(self.name))
+            done = self.progress()
+            if on_round is not None and done > seen:
+                seen = done
+                on_round(done, total)
+            time.sleep(0.5)
         if not self.results.exists():
             log = self.deployment.log_tail(self.name, 60)
             errors = [line for line in log.splitlines() if "Error:" in line and not line.startswith(" ")]
@@ -361,13 +366,13 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 
 
 def deploy(specs: list[RunSpec], workdir: str | Path | None = None, threads: int = 1, keep: bool = False,
-           insecure: bool = False) -> dict:
+           insecure: bool = False, on_round=None) -> dict:
     """Start a deployment with one SuperNode per client of the specs' federation, run them, stop
     everything; returns the results with ``startup_seconds`` (processes up) and ``leftover_pids`` (none
     expected). Prints the working folder (logs, Flower's home, the app) first. A folder this call made
     (``workdir`` None) is removed after a run that succeeded unless ``keep``; after a failure it stays,
     and the error is preceded by a line naming it. TLS and SuperNode authentication are on unless ``insecure``
-    (``Deployment``)."""
+    (``Deployment``); ``on_round(done, total)``: called as rounds finish (``Run.wait``)."""
     specs = [specs] if isinstance(specs, RunSpec) else list(specs)
     dep = Deployment(specs[0].federation().num_clients, workdir, threads=threads, insecure=insecure)
     remove = workdir is None and not keep
@@ -375,7 +380,7 @@ def deploy(specs: list[RunSpec], workdir: str | Path | None = None, threads: int
           f"{'removed at the end unless the run fails' if remove else 'kept'})", flush=True)
     try:
         with dep:
-            out = dep.run(specs)
+            out = dep.run(specs, on_round=on_round)
     except BaseException:
         print(f"Flower deployment failed: its logs are in {dep.workdir}", flush=True)
         raise
