@@ -69,9 +69,11 @@ test: setup data lint
 test-fast: setup lint
 	$(PY) -m pytest tests/unit -n 2 --dist loadgroup -m "not slow" -q
 
-# ruff check (pyflakes, pycodestyle, bugbear; settings in pyproject.toml [tool.ruff])
+# ruff check (pyflakes, pycodestyle, bugbear; settings in pyproject.toml [tool.ruff]) and the import contracts
+# (lint-imports: layers, test-only reference twins; pyproject.toml [tool.importlinter])
 lint: setup
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports
 
 # the notebook regression alone (nbval + smoke results); .ci/run repeats it with 2 threads
 test-notebooks: setup data
