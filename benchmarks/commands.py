@@ -9,9 +9,12 @@ Each command runs as README shows it, from this checkout, one after the other (r
 * ``setup``: ``make setup`` into a new virtual environment (``VENV=<temp>/.venv``) with pip's cache off, so
   every package is downloaded as on a fresh machine; size: the environment's folder;
 * ``flower_extra``: then ``make flower`` into that environment (Flower and Ray); size: what it adds;
-* ``flower_simulate`` / ``flower_deploy``: ``python -m pflkit.flower simulate|deploy --profile smoke``.
+* ``flower_simulate`` / ``flower_deploy``: ``python -m pflkit.flower simulate|deploy --profile smoke``;
+* ``dvc_status``: a no-op ``dvc status`` (run it when the pipeline is up to date; DVC parses params.yaml once
+  per stage with params, with ruamel.yaml's C parser from the dev extra).
 
-Writes ``<out>/commands.json`` and ``<out>/commands.md`` (README's block) and prints the table.
+Writes ``<out>/commands.json`` and ``<out>/commands.md`` (README's block) and prints the table; with
+``--only``, the other commands' rows already in ``commands.json`` are kept.
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ COMMANDS = {  # key: (what README shows, the command run here; {venv} is the fre
                         [sys.executable, "-m", "pflkit.flower", "simulate", "--profile", "smoke"]),
     "flower_deploy": ("python -m pflkit.flower deploy --profile smoke",
                       [sys.executable, "-m", "pflkit.flower", "deploy", "--profile", "smoke"]),
+    "dvc_status": ("dvc status (nothing to do)", [str(Path(sys.executable).parent / "dvc"), "status"]),
 }
 
 
@@ -69,8 +73,8 @@ def markdown(res: dict) -> str:
              "| command | wall time | peak memory (process tree) | disk |", "|---|---:|---:|---:|"]
     for r in res["rows"]:
         disk = f"{r['installed_mb'] / 1024:.1f} GB" if "installed_mb" in r else ""
-        lines.append(f"| `{r['command']}` | {r['wall_seconds'] / 60:.1f} min | {r['peak_rss_mb'] / 1024:.1f} GB | "
-                     f"{disk} |")
+        wall = f"{r['wall_seconds']:.1f} s" if r["wall_seconds"] < 60 else f"{r['wall_seconds'] / 60:.1f} min"
+        lines.append(f"| `{r['command']}` | {wall} | {r['peak_rss_mb'] / 1024:.1f} GB | {disk} |")
     lines += ["", "Set-up downloads every package (pip's cache off), as on a fresh machine; `make flower` after "
               "`make setup` adds Flower and Ray. Peak memory: the sum of the resident memory of the command and all "
               "its descendants, sampled every 0.25 s."]
@@ -90,10 +94,13 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error("--only flower_extra needs setup before it (it installs into the fresh environment)")
     import torch
 
-    with tempfile.TemporaryDirectory(prefix="pflkit-commands-") as tmp:
-        res = {"machine": machine_info(torch.device("cpu")), "rows": measure(keys, Path(tmp) / ".venv")}
-    res["load_average_end"] = list(os.getloadavg())
     out = Path(args.out)
+    with tempfile.TemporaryDirectory(prefix="pflkit-commands-") as tmp:
+        rows = measure(keys, Path(tmp) / ".venv")
+    old = json.loads((out / "commands.json").read_text())["rows"] if (out / "commands.json").exists() else []
+    measured = {r["key"]: r for r in rows}
+    rows = [measured.pop(r["key"], r) for r in old if r["key"] in COMMANDS] + list(measured.values())
+    res = {"machine": machine_info(torch.device("cpu")), "rows": rows, "load_average_end": list(os.getloadavg())}
     out.mkdir(parents=True, exist_ok=True)
     (out / "commands.json").write_text(json.dumps(res, indent=1))
     text = markdown(res)
