@@ -69,9 +69,41 @@ def _gone(pids):
     return alive == []
 
 
+def _intruder_is_refused(dep, tmp_path):
+    """A fourth SuperNode with a key of its own (not registered), the run's CA certificate and the right address
+    tries to join: the SuperLink refuses it for its key and lists only the registered nodes."""
+    import subprocess
+
+    from pflkit.flower.credentials import node_key
+    from pflkit.flower.deployment import CONNECTION, _tool
+
+    key = node_key(tmp_path / "intruder")
+    log = (tmp_path / "intruder.log").open("w")
+    intruder = subprocess.Popen([_tool("flower-supernode"), "--root-certificates", str(dep.credentials.ca_cert),
+                                 "--auth-supernode-private-key", str(key), "--superlink", f"127.0.0.1:{dep.port}",
+                                 "--max-retries", "2", "--node-config", "partition-id=0 num-partitions=3"],
+                                stdout=log, stderr=subprocess.STDOUT, env=dep.env, start_new_session=True)
+    try:
+        intruder.wait(90)
+    finally:
+        if intruder.poll() is None:
+            intruder.kill()
+            intruder.wait()
+    assert intruder.returncode != 0, (tmp_path / "intruder.log").read_text()[-2000:]
+    assert "No SuperNode found with the given public key" in dep.log_tail("superlink", 200)  # refused for its key
+    listed = subprocess.run([_tool("flwr"), "supernode", "list", CONNECTION, "--format", "json"], env=dep.env,
+                            cwd=dep.workdir, capture_output=True, text=True, timeout=60)
+    assert listed.stdout.count('"node-id"') == DATA["num_clients"], listed.stdout + listed.stderr
+
+
 def test_deployment_reproduces_fedavg_and_perm_and_leaves_no_process(tmp_path):
-    dep = Deployment(DATA["num_clients"], tmp_path)
+    """With TLS and SuperNode authentication (the default): an unregistered SuperNode is refused, and the run
+    reproduces in-process; nothing is left running afterwards."""
+    dep = Deployment(DATA["num_clients"], tmp_path / "dep")
     with dep:
+        link_args = dep.procs["superlink"].args
+        assert {"--enable-supernode-auth", "--ssl-certfile"} <= set(link_args) and "--insecure" not in link_args
+        _intruder_is_refused(dep, tmp_path)
         handle = dep.submit(_specs())
         results = handle.wait(600)
         pids = dep.pids()
@@ -113,37 +145,3 @@ def test_simulation_reproduces_fedavg_and_perm_and_shuts_ray_down():
     _, alive = psutil.wait_procs([psutil.Process(p) for p in after if psutil.pid_exists(p)], timeout=30)
     assert [p.pid for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
 
-
-def test_a_supernode_whose_key_is_not_registered_is_refused_and_the_results_are_unchanged(tmp_path):
-    """The deployment runs with TLS and SuperNode authentication (the default): a fourth SuperNode with a key
-    of its own (not registered), the run's CA certificate and the right address tries to join; the SuperLink
-    refuses it, lists only the three registered nodes, and the run reproduces in-process as before."""
-    import subprocess
-
-    from pflkit.flower.credentials import node_key
-    from pflkit.flower.deployment import CONNECTION, _tool
-
-    dep = Deployment(DATA["num_clients"], tmp_path / "dep")
-    with dep:
-        link_args = dep.procs["superlink"].args
-        assert {"--enable-supernode-auth", "--ssl-certfile"} <= set(link_args) and "--insecure" not in link_args
-        intruder_key = node_key(tmp_path / "intruder")
-        log = (tmp_path / "intruder.log").open("w")
-        intruder = subprocess.Popen([_tool("flower-supernode"), "--root-certificates", str(dep.credentials.ca_cert),
-                                     "--auth-supernode-private-key", str(intruder_key), "--superlink",
-                                     f"127.0.0.1:{dep.port}", "--max-retries", "2", "--node-config",
-                                     "partition-id=0 num-partitions=3"], stdout=log, stderr=subprocess.STDOUT,
-                                    env=dep.env, start_new_session=True)
-        try:
-            intruder.wait(90)
-        finally:
-            if intruder.poll() is None:
-                intruder.kill()
-                intruder.wait()
-        assert intruder.returncode != 0, (tmp_path / "intruder.log").read_text()[-2000:]
-        assert "No SuperNode found with the given public key" in dep.log_tail("superlink", 200)  # refused for its key
-        listed = subprocess.run([_tool("flwr"), "supernode", "list", CONNECTION, "--format", "json"], env=dep.env,
-                                cwd=dep.workdir, capture_output=True, text=True, timeout=60)
-        assert listed.stdout.count('"node-id"') == DATA["num_clients"], listed.stdout + listed.stderr
-        results = dep.run(_specs(), timeout=600)
-    _check_equivalence(results)
