@@ -54,8 +54,9 @@ EVAL_SAMPLES = 300
 #: lists that are grids of settings: cut to their smallest and largest value
 GRID_KEYS = ("gammas", "etas", "alphas", "eta_grid", "zetas", "n_values", "L_values")
 #: a stage's memory budget: the measured baseline of a stage process plus this many times its own
-#: ``memory_estimate()`` (a lower estimate of data and models at once; temporaries, gradients and the
-#: evaluation's activations come on top)
+#: ``memory_estimate()`` (the Charles et al. grids and the PERM image curves count data as loaded, models,
+#: gradients, a batch's activations and the evaluation: 0.9x-1.4x of their measured peaks, tests/unit/
+#: test_canary.py; the other stages' estimates count data and models only, temporaries come on top)
 MEMORY_FACTOR = 3.0
 #: ... and at least this much room above the baseline: a dataset the estimate leaves out (Fashion-MNIST as float32:
 #: ~190 MiB), frames and figures (perm_hetero peaked 258 MiB above the baseline here, a plot stage ~20 MiB)
