@@ -890,12 +890,19 @@ class PermFig3Config(StageConfig):
         return v
 
     def memory_estimate(self) -> tuple[int, str]:
-        """The synthetic workload's federation (N x 500 x 61 values, float64 and float32) and a round of the
-        largest workload (``federated_memory``; the MNIST MLP's 784 -> 200 -> 200 -> 10)."""
+        """The synthetic workload's federation (N x 500 x 61 values, float64 and float32), MNIST as loaded and
+        federated (float32 train + test, twice; ``config.image_sources``), a round of the largest workload
+        (``federated_memory``; the MNIST MLP's 784 -> 200 -> 200 -> 10) and one full-batch pass (PERM's alpha
+        and global step: at most ``engine.full_batch.FULL_BATCH_BYTES`` of rows). The paper profile's canary
+        (both workloads, N = 50, K = 20) peaked 598 MiB above its baseline process; this says 500 MiB."""
+        from ..config import image_sources
+        from ..engine.full_batch import FULL_BATCH_BYTES
         data = self.num_clients * self.samples_per_client * (self.dim + 1) * 12
         features, hidden = (784, (200, 200)) if "mnist-mlp" in self.workloads else (self.dim + 1, ())
+        if "mnist-mlp" in self.workloads:
+            data += sum(2 * samples * (math.prod(shape) * 4 + 8) for shape, _, samples in image_sources("mnist"))
         run, key = federated_memory(self.num_clients, self.local_steps, self.batch_size, features, hidden)
-        return data + run, key
+        return data + run + FULL_BATCH_BYTES, key
 
 
 
