@@ -465,7 +465,7 @@ class NNConfig(StageConfig):
     settings_chunk: PositiveInt | None = None  # run_grid: at most this many settings per call (memory); None: all
     #: the split the server models are evaluated on (its loss and accuracy; the loss is watched for divergence)
     eval_split: ClassVar[str] = "train"
-    #: the grid's keys, largest first when naming what drives its size
+    #: the grid's lists: the longest is named when the server state drives the memory estimate
     grid_keys: ClassVar[tuple[str, ...]] = ("gammas",)
 
     def grid(self) -> tuple[int, int]:

@@ -635,9 +635,10 @@ class ImageCurvesConfig(RunConfig):
         ``engine.full_batch.FULL_BATCH_BYTES`` of rows); and the final state of every finished run, kept until
         the stage saves them (methods x seeds x N models).
 
-        Checked against measured peaks (peak RSS above a process with the stage's imports): perm_fig2's
-        paper-profile canary cut (N = 10, K = 20, CNN 32/64/512, all 70,000 images; tests/unit/test_canary.py
-        ``MEASURED``)."""
+        Checked against a measured peak (ru_maxrss above the canary's baseline process): perm_fig2's paper
+        profile canary cut (N = 10, K = 20, CNN 32/64/512, all 70,000 substitute images) peaked 1,080 MiB
+        above it; this says 1,448 MiB when the substitute loads, 2,684 MiB where CIFAR-10 may download
+        (tests/unit/test_canary.py)."""
         from ..config import image_sources, network_footprint
         from ..engine.full_batch import FULL_BATCH_BYTES, ROW_BYTES_FACTOR
         best = (0, "")
