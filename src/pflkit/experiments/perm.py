@@ -8,6 +8,7 @@ Per-method learning rates live in ``lr``; method-specific settings in their own 
 from __future__ import annotations
 
 import inspect
+import math
 import time
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -625,8 +626,37 @@ class ImageCurvesConfig(RunConfig):
     label_groups: PositiveInt = 1
 
     def memory_estimate(self) -> tuple[int, str]:
-        return federated_memory(self.num_clients, self.local_steps, self.batch_size, image_features(self.dataset.name),
-                                tuple(self.model.hidden or ()))
+        """For the dataset or its substitute, whichever counts more of those that may load (``config.image_sources``):
+        the data as loaded (float32 train + test) and its federation (``pool_size`` samples, or all); a round's
+        working set (``config.federated_memory`` with the model's parameter count from
+        ``config.network_footprint``: every client's K minibatches, 4 copies of N models); each client's
+        B-example batch through the model (``ROW_BYTES_FACTOR`` x its row bytes: activations and their
+        gradients); one full-batch pass (the evaluation, PERM's alpha and global step: at most
+        ``engine.full_batch.FULL_BATCH_BYTES`` of rows); and the final state of every finished run, kept until
+        the stage saves them (methods x seeds x N models).
+
+        Checked against a measured peak (ru_maxrss above the canary's baseline process): perm_fig2's paper
+        profile canary cut (N = 10, K = 20, CNN 32/64/512, all 70,000 substitute images) peaked 1,080 MiB
+        above it; this says 1,448 MiB when the substitute loads, 2,684 MiB where CIFAR-10 may download
+        (tests/unit/test_canary.py)."""
+        from ..config import image_sources, network_footprint
+        from ..engine.full_batch import FULL_BATCH_BYTES, ROW_BYTES_FACTOR
+        best = (0, "")
+        ds = self.dataset
+        for shape, classes, samples in image_sources(ds.name, ds.substitute, ds.root, ds.allow_download):
+            features = math.prod(shape)
+            params, row, _ = network_footprint(self.model.factory(shape, classes), shape)
+            pool = min(self.pool_size or samples, samples)
+            data = (samples + pool) * (features * 4 + 8)
+            run, run_key = federated_memory(self.num_clients, self.local_steps, self.batch_size, features,
+                                            params=params)
+            batch = self.num_clients * self.batch_size * ROW_BYTES_FACTOR * row
+            states = len(self.methods) * len(self.seeds) * self.num_clients * params * 4
+            parts = {"pool_size": data, run_key: run + batch + FULL_BATCH_BYTES, "methods": states}
+            total = sum(parts.values())
+            if total > best[0]:
+                best = (total, max(parts, key=parts.get))
+        return best
 
     @model_validator(mode="after")
     def _partition_fits_data(self):
@@ -861,12 +891,19 @@ class PermFig3Config(StageConfig):
         return v
 
     def memory_estimate(self) -> tuple[int, str]:
-        """The synthetic workload's federation (N x 500 x 61 values, float64 and float32) and a round of the
-        largest workload (``federated_memory``; the MNIST MLP's 784 -> 200 -> 200 -> 10)."""
+        """The synthetic workload's federation (N x 500 x 61 values, float64 and float32), MNIST as loaded and
+        federated (float32 train + test, twice; ``config.image_sources``), a round of the largest workload
+        (``federated_memory``; the MNIST MLP's 784 -> 200 -> 200 -> 10) and one full-batch pass (PERM's alpha
+        and global step: at most ``engine.full_batch.FULL_BATCH_BYTES`` of rows). The paper profile's canary
+        (both workloads, N = 50, K = 20) peaked 598 MiB above its baseline process; this says 500 MiB."""
+        from ..config import image_sources
+        from ..engine.full_batch import FULL_BATCH_BYTES
         data = self.num_clients * self.samples_per_client * (self.dim + 1) * 12
         features, hidden = (784, (200, 200)) if "mnist-mlp" in self.workloads else (self.dim + 1, ())
+        if "mnist-mlp" in self.workloads:
+            data += sum(2 * samples * (math.prod(shape) * 4 + 8) for shape, _, samples in image_sources("mnist"))
         run, key = federated_memory(self.num_clients, self.local_steps, self.batch_size, features, hidden)
-        return data + run, key
+        return data + run + FULL_BATCH_BYTES, key
 
 
 

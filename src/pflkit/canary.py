@@ -1,0 +1,466 @@
+"""``python -m pflkit reproduce --profile <p> --canary``: every stage of a profile, cut short, on this machine.
+
+A profile's full run (``paper``: hours to days) is the wrong place to learn that a learning rate diverges at
+round 20 or that a grid does not fit in memory. The canary runs every stage of the profile through the same
+machinery (``notebooks.run_stage``, one ``python -m pflkit stage`` process per stage) with the profile's
+values cut by :func:`cut_values`:
+
+* rounds: the first ``rounds`` of every round-based stage (default ``CURVE_ROUNDS``, and at least past a
+  PERM warm-up and its first alpha update: warm-up + update_every + 1), the first ``GRID_ROUNDS`` of every
+  Charles et al. grid task (a divergent grid cell is a result there, recorded, not an error);
+* one seed (the first), every method, and every grid reduced to its extreme settings (smallest and largest
+  learning rate, momentum, ...: ``GRID_KEYS``);
+* what does not change a run's step sizes or its model: the federation's size (``num_clients`` of the
+  PERM image stages, ``clients_per_round`` of the grid tasks: at most ``max_clients`` and every client's update
+  is the same K steps of the same model at the same lr; ``GRID_CLIENTS``), the evaluation sample (``eval_samples``), the
+  Flower engines (the first one only). Never the model, the learning rates, K or the batch size.
+
+It fails -- with stage, method, round and setting, from the run's own :class:`runner.DivergenceError` --
+on divergence, on a stage's peak memory above its budget (:func:`memory_budget`), and on any error; it goes
+on to the other stages (a stage whose source failed is skipped), reports every failure at the end and
+exits 1. It prints, per stage, the seconds it took, seconds per round, peak memory and the whole-profile
+estimate for this machine (:func:`profile_estimate`). Everything goes under build/canary/<profile>/
+(the cut params file, results, logs, canary.csv), never results/.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from .config import (DEFAULT_PROFILE, PROFILES_KEY, RUNNER_KEYS, ConfigError, load_params, profile_names,
+                     stage_values, validate_stage)
+
+#: rounds of a curve stage (PERM's, perm_hetero, flower_equivalence): perm_fig2 (paper) diverged at round 20
+CURVE_ROUNDS = 25
+#: rounds of each Charles et al. grid task (their divergent cells are results, recorded in diverged.csv)
+GRID_ROUNDS = 3
+#: the short form (``--short``, CI): one round of everything, plot stages skipped
+SHORT_ROUNDS = 1
+#: at most this many clients in a PERM image federation (Local and PERM train every client every round)
+MAX_CLIENTS = 10
+#: at most this many clients per round of a grid task (the paper's M = 10 makes a ResNet-18 round minutes here)
+GRID_CLIENTS = 2
+#: at most this many pooled examples per evaluation of a grid task (the default profile's value)
+EVAL_SAMPLES = 300
+#: lists that are grids of settings: cut to their smallest and largest value
+GRID_KEYS = ("gammas", "etas", "alphas", "eta_grid", "zetas", "n_values", "L_values")
+#: a stage's memory budget: the measured baseline of a stage process plus this many times its own
+#: ``memory_estimate()`` (the Charles et al. grids and the PERM image curves count data as loaded, models,
+#: gradients, a batch's activations and the evaluation: 0.9x-1.4x of their measured peaks, tests/unit/
+#: test_canary.py; the other stages' estimates count data and models only, temporaries come on top)
+MEMORY_FACTOR = 3.0
+#: ... and at least this much room above the baseline: a dataset the estimate leaves out (Fashion-MNIST as float32:
+#: ~190 MiB), frames and figures (perm_hetero peaked 258 MiB above the baseline here, a plot stage ~20 MiB)
+MEMORY_FLOOR = 512 * 2**20
+#: what a stage's kernel imports: the baseline process of :func:`measure_baseline`
+BASELINE_IMPORTS = ("torch", "numpy", "pandas", "matplotlib.pyplot", "seaborn", "ipykernel", "papermill",
+                    "pflkit.notebooks", "pflkit.runner", "pflkit.experiments.perm", "pflkit.experiments.charles_nn")
+OUT = "build/canary"
+
+
+def canary_profile(profile: str) -> str:
+    """The profile name the cut values run under: outputs go to build/canary/<profile>/ (``output_dirs``)."""
+    return f"canary/{profile}"
+
+
+@dataclass
+class Cut:
+    """What :func:`cut_values` did to one stage: the values it ran and the sizes before and after."""
+
+    values: dict
+    rounds_full: int = 0          # sum over the stage's runs (tasks); 0: the stage has no rounds
+    rounds_run: int = 0
+    seeds_full: int = 1
+    seeds_run: int = 1
+    settings_full: int = 1        # product of the grids' lengths
+    settings_run: int = 1
+    clients_full: int = 1
+    clients_run: int = 1
+    changes: list[str] = field(default_factory=list)
+
+    @property
+    def scale(self) -> float:
+        """How much more work the full stage is than this run (rounds x seeds x settings x clients)."""
+        rounds = self.rounds_full / self.rounds_run if self.rounds_run else 1.0
+        return rounds * (self.seeds_full / self.seeds_run) * (self.settings_full / self.settings_run) \
+            * (self.clients_full / self.clients_run)
+
+
+def _perm_horizon(values: Mapping[str, Any]) -> int:
+    """Rounds past the warm-up and the first alpha update of every PERM section of a stage (0: none)."""
+    out = 0
+    for key in ("perm", "perm_alpha"):
+        section = values.get(key)
+        if not isinstance(section, Mapping):
+            continue
+        warm = section.get("warmup_rounds", 0) or 0
+        every = section.get("update_every", 0)
+        every = values.get("num_clients", 0) if every == "epoch" else (every if isinstance(every, int) else 0)
+        out = max(out, warm + every + 1)
+    return out
+
+
+def _least(stage: str, key: str) -> int:
+    """The smallest value the stage's config accepts for the integer ``key`` (its ``ge`` bound; 1 if none)."""
+    from . import stages as table
+    entry = table.get(stage)
+    field = entry.config_class().model_fields.get(key) if entry is not None else None
+    bounds = [getattr(m, "ge", None) for m in (field.metadata if field is not None else ())]
+    return max([1, *[b for b in bounds if isinstance(b, int)]])
+
+
+def _extremes(values: list) -> list:
+    return sorted({min(values), max(values)})
+
+
+def cut_values(stage: str, values: Mapping[str, Any], rounds: int | None = None, grid_rounds: int | None = None,
+               max_clients: int = MAX_CLIENTS) -> Cut:
+    """The canary's cut of one stage's values (a profile's, from ``config.stage_values``; see the module
+    docstring). ``rounds`` / ``grid_rounds``: the rounds of curve stages / of grid tasks (None: the
+    defaults, a curve stage running at least past its PERM warm-up and first alpha update)."""
+    v = {k: x for k, x in values.items() if k not in RUNNER_KEYS}
+    cut = Cut(v)
+
+    def change(key, old, new):
+        if old != new:
+            cut.changes.append(f"{key} {old} -> {new}")
+
+    if isinstance(v.get("seeds"), list) and len(v["seeds"]) > 1:
+        cut.seeds_full, cut.seeds_run = len(v["seeds"]), 1
+        change("seeds", v["seeds"], v["seeds"][:1])
+        v["seeds"] = v["seeds"][:1]
+    for key in GRID_KEYS:
+        grid = v.get(key)
+        if isinstance(grid, list) and len(grid) > 2 and all(isinstance(x, (int, float)) for x in grid):
+            cut.settings_full *= len(grid)
+            v[key] = _extremes(grid)
+            cut.settings_run *= len(v[key])
+            change(key, grid, v[key])
+    target = rounds if rounds is not None else max(CURVE_ROUNDS, _perm_horizon(v))
+    if "alpha_file" in v:  # the stage saves PERM's alpha (perm_fig4, for perm_fig5): it needs a round past the warm-up
+        target = max(target, max((v[k].get("warmup_rounds", 0) or 0 for k in ("perm", "perm_alpha")
+                                  if isinstance(v.get(k), Mapping)), default=0) + 1)
+    for key in ("rounds", "fedavg_rounds"):
+        if isinstance(v.get(key), int):
+            new = min(v[key], max(target, _least(stage, key)))
+            cut.rounds_full += v[key]
+            cut.rounds_run += new
+            change(key, v[key], new)
+            v[key] = new
+    if isinstance(v.get("num_clients"), int) and "pool_size" in v and "tasks" not in v \
+            and v["num_clients"] > max_clients:
+        cut.clients_full, cut.clients_run = v["num_clients"], max_clients
+        change("num_clients", v["num_clients"], max_clients)
+        v["num_clients"] = max_clients
+        if isinstance(v.get("clients_per_round"), int):
+            v["clients_per_round"] = min(v["clients_per_round"], max_clients)
+    if isinstance(v.get("engines"), list) and len(v["engines"]) > 1:
+        change("engines", v["engines"], v["engines"][:1])
+        v["engines"] = v["engines"][:1]
+    if isinstance(v.get("eval_samples"), int) and v["eval_samples"] > EVAL_SAMPLES:
+        change("eval_samples", v["eval_samples"], EVAL_SAMPLES)
+        v["eval_samples"] = EVAL_SAMPLES
+    tasks = v.get("tasks")
+    if isinstance(tasks, Mapping):
+        grid_target = grid_rounds if grid_rounds is not None else GRID_ROUNDS
+        v["tasks"] = tasks = {name: dict(t) for name, t in tasks.items()}
+        full_clients = run_clients = 0
+        for name, t in tasks.items():
+            if isinstance(t.get("rounds"), int):
+                new = min(t["rounds"], grid_target)
+                cut.rounds_full += t["rounds"]
+                cut.rounds_run += new
+                change(f"tasks.{name}.rounds", t["rounds"], new)
+                t["rounds"] = new
+            if isinstance(t.get("clients_per_round"), int):
+                new = min(t["clients_per_round"], GRID_CLIENTS)
+                full_clients += t["clients_per_round"]
+                run_clients += new
+                change(f"tasks.{name}.clients_per_round", t["clients_per_round"], new)
+                t["clients_per_round"] = new
+            if isinstance(t.get("eval_samples"), int) and t["eval_samples"] > EVAL_SAMPLES:
+                change(f"tasks.{name}.eval_samples", t["eval_samples"], EVAL_SAMPLES)
+                t["eval_samples"] = EVAL_SAMPLES
+        if run_clients:
+            cut.clients_full, cut.clients_run = full_clients, run_clients
+        shortest = min((t["rounds"] for t in tasks.values() if isinstance(t.get("rounds"), int)), default=None)
+        if shortest is not None and isinstance(v.get("tune_window"), int) and v["tune_window"] > shortest:
+            change("tune_window", v["tune_window"], shortest)
+            v["tune_window"] = shortest
+    return cut
+
+
+def _remap(value, profile: str):
+    """A path a profile's stage writes or reads (perm_fig4/5's alpha_file) moved under build/canary/<profile>/."""
+    if isinstance(value, str):
+        from .notebooks import profile_path
+        target = canary_profile(profile)
+        if value.startswith(f"build/{profile}/"):
+            return f"build/{target}/" + value.removeprefix(f"build/{profile}/")
+        if profile == DEFAULT_PROFILE and value.startswith(("models/", "results/")):
+            return profile_path(value, target)
+    return value
+
+
+def canary_params(params: Mapping[str, Any], profile: str, stages: list[str], **kw) -> tuple[dict, dict[str, Cut]]:
+    """params.yaml plus a profile ``canary/<profile>`` whose entry for each compute stage is its cut values
+    (every value given, so nothing of the other sections leaks in), and the cuts."""
+    from . import stages as table
+    if profile not in profile_names(params):
+        raise ConfigError(f"profile: unknown profile {profile!r}; params.yaml defines {profile_names(params)}")
+    entry: dict[str, Any] = {}
+    cuts: dict[str, Cut] = {}
+    for name in stages:
+        stage = table.get(name)
+        if stage.is_plot:
+            continue
+        cut = cut_values(name, stage_values(params, name, profile), **kw)
+        cut.values = {k: _remap(x, profile) for k, x in cut.values.items()}
+        entry[name] = cut.values
+        cuts[name] = cut
+    overlay = (params.get(PROFILES_KEY) or {}).get(profile) or {} if profile != DEFAULT_PROFILE else {}
+    if table.FIGURES_SECTION in overlay:
+        entry[table.FIGURES_SECTION] = overlay[table.FIGURES_SECTION]
+    out = dict(params)
+    out[PROFILES_KEY] = {**(params.get(PROFILES_KEY) or {}), canary_profile(profile): entry}
+    return out, cuts
+
+
+# ------------------------------------------------------------------------------------------- verdicts
+_DIVERGED = re.compile(r"DivergenceError: (.*)")
+_FAILED = re.compile(r"^stage \S+ failed in cell \d+: (.*)$", re.M)
+
+
+def failure_reason(log: str, returncode: int) -> str:
+    """What a stage process that exited ``returncode`` (not 0) says went wrong: the divergence (method,
+    round, seed and learning rates, as the runner words it), else the cell's error, else the last line."""
+    found = _DIVERGED.findall(log)
+    if found:
+        return "diverged: " + found[-1].strip()
+    failed = _FAILED.findall(log)
+    if failed:
+        return "error: " + failed[-1].strip()
+    lines = [line for line in log.splitlines() if line.strip()]
+    if returncode < 0:
+        return f"killed by signal {-returncode}" + (f" ({lines[-1].strip()})" if lines else "")
+    return "error: " + (lines[-1].strip() if lines else f"exit status {returncode}")
+
+
+def memory_budget(estimate: int, baseline: int, factor: float = MEMORY_FACTOR) -> int:
+    """Bytes a stage process may peak at: ``baseline`` (a process with a stage kernel's imports) plus
+    ``factor`` x the stage's own ``memory_estimate()``, and never less than ``baseline + MEMORY_FLOOR``."""
+    return int(baseline + max(factor * estimate, MEMORY_FLOOR))
+
+
+def profile_estimate(seconds: float, cut: Cut | None) -> float:
+    """Whole-profile seconds of a stage on this machine: seconds x (full rounds x seeds x settings x clients) /
+    (what ran). An upper bound: the stage's setup (kernel start, data) is scaled as if it were round time."""
+    return seconds * (cut.scale if cut is not None else 1.0)
+
+
+def measure_baseline() -> int:
+    """Peak RSS (bytes) of a process that imports what a stage's kernel imports, measured here and now."""
+    code = "import " + ", ".join(BASELINE_IMPORTS)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_maxrss * 1024
+
+
+@dataclass
+class StageRun:
+    stage: str
+    status: str                   # ok | FAILED | skipped
+    seconds: float = 0.0
+    peak: int = 0
+    budget: int = 0
+    reason: str = ""
+    cut: Cut | None = None
+    diverged_cells: int = 0
+
+    def row(self) -> dict:
+        c = self.cut
+        rounds = f"{c.rounds_run}/{c.rounds_full}" if c is not None and c.rounds_full else "-"
+        per_round = f"{self.seconds / c.rounds_run:.2f}" if c is not None and c.rounds_run and self.status == "ok" \
+            else "-"
+        estimate = f"{profile_estimate(self.seconds, c):.0f}" if self.status == "ok" else "-"
+        return {"stage": self.stage, "status": self.status, "rounds": rounds,
+                "settings": f"{c.settings_run}/{c.settings_full}" if c is not None else "-",
+                "seconds": f"{self.seconds:.1f}", "s_per_round": per_round,
+                "peak_mib": f"{self.peak / 2**20:.0f}" if self.peak else "-",
+                "budget_mib": f"{self.budget / 2**20:.0f}" if self.budget else "-",
+                "profile_estimate_s": estimate, "diverged_cells": self.diverged_cells, "reason": self.reason}
+
+
+def _run_one(stage, params_rel: str, target: str, log: Path) -> tuple[int, float, int, str]:
+    """One stage as ``python -m pflkit stage`` (its own process tree, so a crash or an OOM kill is one
+    stage's failure): exit code, seconds, peak RSS of its largest process (bytes), its output."""
+    from .paths import project_root
+    cmd = [sys.executable, "-m", "pflkit", "stage", stage.name, stage.ipynb, "--params", params_rel,
+           "--profile", target]
+    start = time.monotonic()
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, cwd=project_root(), stdout=out, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)  # ru_maxrss: the largest process of the tree (the kernel)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, time.monotonic() - start, usage.ru_maxrss * 1024, log.read_text(errors="replace")
+
+
+def _diverged_cells(root: Path, target: str, stage: str) -> int:
+    path = root / "build" / target / stage / "diverged.csv"
+    try:
+        with path.open() as f:
+            return sum(1 for _ in csv.DictReader(f))
+    except OSError:
+        return 0
+
+
+def _drop_canary_runtimes(root: Path) -> None:
+    """A canary's stage runs are not the profile's runtimes: keep them out of build/runtimes.csv (README's table)."""
+    from .notebooks import RUNTIMES_LOG
+    path = root / RUNTIMES_LOG
+    try:
+        with path.open(newline="") as f:
+            rows = list(csv.reader(f))
+    except OSError:
+        return
+    if not rows or "profile" not in rows[0]:
+        return
+    i = rows[0].index("profile")
+    kept = [rows[0]] + [r for r in rows[1:] if not (len(r) > i and r[i].startswith("canary/"))]
+    if len(kept) != len(rows):
+        tmp = path.with_name(path.name + ".tmp")
+        with tmp.open("w", newline="") as f:
+            csv.writer(f).writerows(kept)
+        tmp.replace(path)
+
+
+COLUMNS = ("stage", "status", "rounds", "settings", "seconds", "s_per_round", "peak_mib", "budget_mib",
+           "profile_estimate_s", "diverged_cells", "reason")
+
+
+def run_canary(profile: str, stages: list[str] | None = None, params_file: str = "params.yaml",
+               rounds: int | None = None, short: bool = False, max_clients: int = MAX_CLIENTS,
+               memory_factor: float = MEMORY_FACTOR) -> int:
+    """Run the canary (module docstring); 0 when every stage passed, else 1 (each failure listed)."""
+    from . import stages as table
+    from .paths import project_root
+
+    root = project_root()
+    names = [s.name for s in table.STAGES]
+    chosen = stages or names
+    unknown = [s for s in chosen if s not in names]
+    if unknown:
+        raise ConfigError(f"stages: unknown {unknown}; allowed: {', '.join(names)}")
+    if rounds is not None and rounds < 1:
+        raise ConfigError(f"canary-rounds: must be an integer >= 1, got {rounds}")
+    if short:
+        rounds = SHORT_ROUNDS if rounds is None else rounds
+        chosen = [n for n in chosen if not table.get(n).is_plot]
+    target = canary_profile(profile)
+    out = root / OUT / profile
+    out.mkdir(parents=True, exist_ok=True)
+    params, cuts = canary_params(load_params(root / params_file), profile, chosen, rounds=rounds,
+                                 grid_rounds=rounds, max_clients=max_clients)
+    params_path = out / "params.yaml"
+    params_path.write_text(yaml.safe_dump(params, sort_keys=False, width=120))
+    params_rel = str(params_path.relative_to(root))
+    problems, configs = [], {}
+    for name in chosen:  # bad input fails before any work
+        try:
+            configs[name] = validate_stage(params, name, target)
+        except (ConfigError, ValueError) as exc:
+            problems.append(f"{name}: {exc}")
+    if problems:
+        raise ConfigError("\n".join(problems))
+    baseline = measure_baseline()
+    logs = out / "logs"
+    logs.mkdir(exist_ok=True)
+    print(f"canary of profile {profile}: {len(chosen)} stages, outputs under {out.relative_to(root)}/ "
+          f"(baseline process {baseline / 2**20:.0f} MiB; memory budget = baseline + max({memory_factor:g} x the "
+          f"stage's estimate, {MEMORY_FLOOR / 2**20:.0f} MiB))", file=sys.stderr, flush=True)
+    runs: list[StageRun] = []
+    failed: set[str] = set()
+    table_path = out / "canary.csv"
+    start = time.monotonic()
+    with table_path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        for i, name in enumerate(n for n in names if n in chosen):
+            stage = table.get(name)
+            cut = cuts.get(name)
+            need = [d for d in (stage.source, *_upstream(name)) if d]
+            blocked = [d for d in need if d in failed]
+            if blocked:
+                run = StageRun(name, "skipped", reason=f"needs {', '.join(blocked)}, which failed", cut=cut)
+                failed.add(name)
+            else:
+                print(f"[{i + 1}/{len(chosen)}] {name}" + (f" ({'; '.join(cut.changes)})" if cut and cut.changes
+                                                          else ""), file=sys.stderr, flush=True)
+                code, seconds, peak, log = _run_one(stage, params_rel, target, logs / f"{name}.log")
+                estimate, _ = configs[name].memory_estimate()
+                budget = memory_budget(estimate, baseline, memory_factor)
+                run = StageRun(name, "ok", seconds, peak, budget, cut=cut,
+                               diverged_cells=_diverged_cells(root, target, name))
+                if code != 0:
+                    run.status, run.reason = "FAILED", failure_reason(log, code)
+                elif peak > budget:
+                    run.status = "FAILED"
+                    run.reason = (f"memory: peak {peak / 2**20:.0f} MiB > budget {budget / 2**20:.0f} MiB "
+                                  f"(baseline {baseline / 2**20:.0f} MiB + max({memory_factor:g} x estimate "
+                                  f"{estimate / 2**20:.0f} MiB, {MEMORY_FLOOR / 2**20:.0f} MiB))")
+                elif run.diverged_cells:
+                    run.reason = f"{run.diverged_cells} grid cells diverged (a result: see diverged.csv)"
+                if run.status != "ok":
+                    failed.add(name)
+                print(f"    {run.status} in {seconds:.1f} s, peak {peak / 2**20:.0f} MiB"
+                      + (f": {run.reason}" if run.reason else ""), file=sys.stderr, flush=True)
+            runs.append(run)
+            writer.writerow(run.row())
+            f.flush()
+    _drop_canary_runtimes(root)
+    print(format_table(runs, time.monotonic() - start, profile))
+    print(f"table: {table_path.relative_to(root)}; logs: {logs.relative_to(root)}/")
+    bad = [r for r in runs if r.status != "ok"]
+    if bad:
+        print(f"canary of profile {profile}: {len(bad)} of {len(runs)} stages failed:", file=sys.stderr)
+        for r in bad:
+            print(f"  {r.stage}: {r.status}: {r.reason}", file=sys.stderr)
+        return 1
+    print(f"canary of profile {profile}: every stage passed", file=sys.stderr)
+    return 0
+
+
+def _upstream(name: str) -> list[str]:
+    """Compute stages whose outputs ``name`` reads (perm_fig5: perm_fig4's alpha file)."""
+    from . import stages as table
+    stage = table.get(name)
+    return [s.name for s in table.compute_stages()
+            if s.name != name and any(dep.startswith(s.models_dir) for dep in stage.extra_deps)]
+
+
+def format_table(runs: list[StageRun], wall: float, profile: str) -> str:
+    """The canary's table (markdown): one row per stage, then the total and the whole-profile estimate."""
+    cols = ("stage", "status", "rounds", "settings", "seconds", "s_per_round", "peak_mib", "budget_mib",
+            "profile_estimate_s", "reason")
+    head = ("stage", "status", "rounds run/full", "settings run/full", "s", "s/round", "peak MiB", "budget MiB",
+            f"{profile} estimate s", "note")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in runs:
+        row = r.row()
+        lines.append("| " + " | ".join(str(row[c]) for c in cols) + " |")
+    total = sum(profile_estimate(r.seconds, r.cut) for r in runs if r.status == "ok")
+    missing = [r.stage for r in runs if r.status != "ok"]
+    lines.append(f"\ncanary wall time {wall:.0f} s ({wall / 60:.1f} min); whole profile {profile} on this machine: "
+                 f"about {total:,.0f} s ({total / 3600:.1f} h, an upper bound: setup scaled as round time)"
+                 + (f", without the stages that did not pass ({', '.join(missing)})" if missing else ""))
+    return "\n".join(lines)
