@@ -68,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--short", action="store_true",
                    help="with --canary: the short form (1 round unless --canary-rounds, no plot stages): minutes")
     p.add_argument("--max-clients", type=int, default=None,
-                   help="with --canary: clients of a PERM image federation and per round of a grid task "
-                        "(default 10)")
+                   help="with --canary: at most this many clients in a PERM image federation (default: the "
+                        "profile's own; fewer clients can hide a divergence)")
 
     p = add("validate", help="check every section of params.yaml, and that every stage of dvc.yaml "
                                         "has a valid section; run nothing")
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise ConfigError(f"max-clients: must be an integer >= 1, got {args.max_clients}")
             return run_canary(args.profile, args.stages.split(",") if args.stages else None, args.params,
                               rounds=args.canary_rounds, short=args.short,
-                              max_clients=args.max_clients or MAX_CLIENTS)
+                              max_clients=args.max_clients if args.max_clients else MAX_CLIENTS)
         elif args.command == "reproduce":
             extra = [f"--{k.replace('_', '-')}" for k in ("canary_rounds", "short", "max_clients")
                      if getattr(args, k) not in (None, False)]

@@ -691,22 +691,24 @@ def stage_values(params: Mapping[str, Any], stage: str, profile: str = DEFAULT_P
     return values
 
 
-def validate_stage(params: Mapping[str, Any], stage: str, profile: str = DEFAULT_PROFILE) -> StageConfig:
+def validate_stage(params: Mapping[str, Any], stage: str, profile: str = DEFAULT_PROFILE,
+                   machine: bool = True) -> StageConfig:
     """The stage's config from params.yaml, or a ConfigError with one ``stage.key: problem`` line each (a
-    value that another section gives -- ``defaults``, a profile's overlay -- is named by that section)."""
+    value that another section gives -- ``defaults``, a profile's overlay -- is named by that section).
+    ``machine=False`` checks the values only, not whether they fit this machine (``construct``)."""
     return construct(stage_config(stage), stage_values(params, stage, profile), stage,
-                     value_origins(params, stage, profile))
+                     value_origins(params, stage, profile), machine=machine)
 
 
 def construct(cls: type[StageConfig], values: Mapping[str, Any], stage: str | None,
-              origins: Mapping[str, str] | None = None) -> StageConfig:
-    """``cls(**values)`` within the machine's limits (``machine_problems``), or a ConfigError with one
-    ``stage.key: problem`` line each (``format_errors``)."""
+              origins: Mapping[str, str] | None = None, machine: bool = True) -> StageConfig:
+    """``cls(**values)`` within the machine's limits (``machine_problems``, unless ``machine`` is False), or a
+    ConfigError with one ``stage.key: problem`` line each (``format_errors``)."""
     try:
         cfg = cls(**dict(values))
     except ValidationError as exc:
         raise ConfigError(format_errors(cls, exc, stage, origins)) from None
-    problems = cfg.machine_problems()
+    problems = cfg.machine_problems() if machine else []
     if problems:
         def name(key):
             section = (origins or {}).get(key, stage)
@@ -729,8 +731,11 @@ def value_origins(params: Mapping[str, Any], stage: str, profile: str = DEFAULT_
 
 def _profile_problems(params: Mapping[str, Any], said: set[str] = frozenset()) -> list[str]:
     """Every problem of params.yaml's ``profiles``: each overlay names known stages with a section,
-    and every stage's values under every profile validate. ``said``: the problems already found in the
-    sections as written; a profile that only inherits one does not repeat it."""
+    and every stage's values under every profile validate. Whether a profile fits this machine (threads,
+    memory) is checked when it runs (``reproduce --profile P`` validates every stage under P before the first
+    starts; ``pflkit stage``), not here: the paper profile's grids need a bigger machine than the one that
+    runs the default pipeline. ``said``: the problems already found in the sections as written; a profile that
+    only inherits one does not repeat it."""
     try:
         names = profile_names(params)[1:]
     except ConfigError as exc:
@@ -750,7 +755,7 @@ def _profile_problems(params: Mapping[str, Any], said: set[str] = frozenset()) -
                 problems.append(f"{PROFILES_KEY}.{profile}.{key}: not a stage section of params.yaml")
         for stage in _validated_stages(params):
             try:
-                validate_stage(params, stage, profile)
+                validate_stage(params, stage, profile, machine=False)
             except ConfigError as exc:
                 problems.extend(line if line.startswith(f"{PROFILES_KEY}.{profile}") or line in said
                                 else f"{PROFILES_KEY}.{profile}: {line}" for line in str(exc).splitlines())

@@ -27,8 +27,10 @@ def test_cut_of_the_paper_profile(params):
     assert v["methods"] == full["methods"]
     for key in ("model", "lr", "local_steps", "batch_size", "finetune_lr", "perm", "pfedme"):
         assert v[key] == full[key], key
-    assert v["num_clients"] == canary.MAX_CLIENTS and cut.clients_full == 50
-    assert cut.scale == pytest.approx(300 / 25 * 3 * 50 / canary.MAX_CLIENTS)
+    assert v["num_clients"] == full["num_clients"] == 50  # not cut: 10 clients hid the divergence 50 show
+    assert cut.scale == pytest.approx(300 / 25 * 3)
+    fewer = canary.cut_values("perm_fig2", full, max_clients=10)  # --max-clients 10
+    assert fewer.values["num_clients"] == 10 and fewer.scale == pytest.approx(300 / 25 * 3 * 50 / 10)
 
     hetero = canary.cut_values("perm_hetero", stage_values(params, "perm_hetero", "paper"))
     assert hetero.values["rounds"] == 20 + 10 + 1  # its warm-up is 20 rounds, updates every 10
@@ -212,7 +214,7 @@ def test_stage_estimate_against_the_canary_peaks(params, substitutes_load, stage
 def test_perm_fig2_estimate_counts_data_cnn_and_states(params, substitutes_load):
     """perm_fig2 (paper canary cut: N = 10, K = 20, CNN 32/64/512, all 70,000 substitute images): measured 1080 MiB
     above the baseline; the old estimate (a dense network of the dataset's features, no data) said 264 MiB."""
-    cut, _ = canary.canary_params(params, "paper", ["perm_fig2"], rounds=1, grid_rounds=1)
+    cut, _ = canary.canary_params(params, "paper", ["perm_fig2"], rounds=1, grid_rounds=1, max_clients=10)
     cfg = validate_stage(cut, "perm_fig2", canary.canary_profile("paper"))
     estimate, key = cfg.memory_estimate()
     assert 0.9 <= estimate / 2**20 / 1080 <= 1.4, estimate / 2**20

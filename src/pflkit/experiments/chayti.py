@@ -74,11 +74,18 @@ class ChaytiFig1Config(StageConfig):
     seed: Seed = 0
 
     def memory_estimate(self) -> tuple[int, str]:
-        """The heat map (grid_points^2, a few float64 copies) and the checks' draws (runs x largest N)."""
+        """The heat map (grid_points^2, a few float64 copies), the checks' draws (runs x largest N) and their loss
+        curves, recorded every step of burn-in and tail (runs x (check_burn_in + check_steps + 1))."""
         grid = self.grid_points ** 2 * 8 * 8
-        check = self.check_runs * (max(self.check_n) + 1) * 8 * 4 + self.check_runs * self.check_steps * 8
-        return grid + check, "grid_points" if grid >= check else ("check_n" if max(self.check_n) > self.check_runs
-                                                                  else "check_runs")
+        steps = self.check_burn_in + self.check_steps + 1
+        draws, curves = self.check_runs * (max(self.check_n) + 1) * 8 * 4, self.check_runs * steps * 8
+        check = draws + curves
+        if grid >= check:
+            return grid + check, "grid_points"
+        if curves > draws:
+            return grid + check, ("check_burn_in" if self.check_burn_in > self.check_steps else "check_steps") \
+                if steps > self.check_runs else "check_runs"
+        return grid + check, "check_n" if max(self.check_n) > self.check_runs else "check_runs"
 
     @model_validator(mode="after")
     def _tau_range(self):
