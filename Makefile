@@ -5,6 +5,7 @@
 #                    smoke-result regression, unit and integration tests, on both cores (Flower's tests skip
 #                    unless the extra is installed: `make flower`, which `make reproduce` and CI run)
 #   make test-fast   lint and the fast unit tests (the inner loop, under 2 minutes)
+#   make test-flower the Flower engines end to end (CI runs it after make test)
 #   make canary      every stage of PROFILE (default paper) cut short: fails on divergence, memory above budget or
 #                    any error, prints s/round and a whole-profile estimate (build/canary/<profile>/);
 #                    CANARY="--short" for the few-minute form CI runs
@@ -20,7 +21,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 NBVAL := --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: canary reproduce test test-fast lint test-notebooks check-lock setup flower kernel data notebooks bench validate clean
+.PHONY: canary reproduce test test-fast test-flower lint test-notebooks check-lock setup flower kernel data notebooks bench validate clean
 
 # torch==2.13.0 first: the CPU build this workplace serves locally (a bare `torch` pulls CUDA wheels)
 $(STAMP): pyproject.toml
@@ -65,13 +66,22 @@ canary: setup data
 # lint first (ruff, configured in pyproject.toml); then, on both cores at once: the notebooks (nbval executes
 # each one with its smoke defaults, writing build/smoke/<stage>/, which tests/regression then compares with
 # the expected values within measured tolerances; one process, in order, its report printed at the end) and
-# the unit and integration tests over two pytest-xdist workers (tests/conftest.py keeps Flower's in one)
+# the unit and integration tests over two pytest-xdist workers (tests/conftest.py keeps Flower's in one), but
+# the Flower engines' end-to-end tests (real SuperLinks, SuperNodes and Ray: six minutes of their own): `make
+# test-flower`, which CI runs after `make test`
+FLOWER_ENGINE_TESTS := tests/integration/test_flower.py tests/integration/test_flower_killed_runner.py
 test: setup data lint
 	@mkdir -p build
 	@$(PY) -m pytest notebooks tests/regression $(NBVAL) > build/test-notebooks.log 2>&1 & nb=$$!; \
-	$(PY) -m pytest tests/unit tests/integration -n 2 --dist loadgroup; rc=$$?; \
+	$(PY) -m pytest tests/unit tests/integration -n 2 --dist loadgroup $(addprefix --ignore=,$(FLOWER_ENGINE_TESTS)); \
+	rc=$$?; \
 	wait $$nb; nbrc=$$?; echo "--- notebooks and the smoke-result regression (build/test-notebooks.log):"; \
 	cat build/test-notebooks.log; test $$rc -eq 0 -a $$nbrc -eq 0
+
+# the Flower engines end to end (they skip without the extra `make flower`): deployments with TLS and node
+# authentication, a dying client, the simulation engine, a killed stage runner leaving no process
+test-flower: setup
+	$(PY) -m pytest $(FLOWER_ENGINE_TESTS) -q
 
 # the inner loop (under 2 minutes): lint and the unit tests not marked slow, on both cores
 test-fast: setup lint
