@@ -17,7 +17,7 @@ def _tree(tmp_path, name):
     """A process with a child (as a SuperNode with its ClientApp), in a session of its own."""
     proc = subprocess.Popen(["bash", "-c", "sleep 120 & sleep 120; wait"], start_new_session=True)
     deadline = time.monotonic() + 10
-    while not psutil.Process(proc.pid).children() and time.monotonic() < deadline:
+    while len(psutil.Process(proc.pid).children()) < 2 and time.monotonic() < deadline:  # both sleeps started
         time.sleep(0.05)
     return proc, [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
 
