@@ -194,6 +194,7 @@ def run_smoke(stage: str, params_file: Path, out: str) -> None:
             os.environ[PARAMS_ENV] = old
 
 
+@pytest.mark.slow  # 25 s: in make test, not in make test-fast
 @pytest.mark.filterwarnings("ignore")
 @settings(max_examples=int(os.environ.get("PFLKIT_PROPERTY_EXAMPLES", "400")), deadline=None, derandomize=True,
           database=None, suppress_health_check=list(HealthCheck), print_blob=True)
