@@ -37,7 +37,8 @@ from typing import Any, Mapping
 import yaml
 
 from .config import (DEFAULT_PROFILE, PROFILES_KEY, RUNNER_KEYS, ConfigError, load_params, profile_names,
-                     stage_values, validate_stage)
+                     stage_values)
+from .reproduce import chosen_stages, validate_stages
 
 #: rounds of a curve stage (PERM's, perm_hetero, flower_equivalence): perm_fig2 (paper) diverged at round 20
 CURVE_ROUNDS = 25
@@ -359,10 +360,7 @@ def run_canary(profile: str, stages: list[str] | None = None, params_file: str =
 
     root = project_root()
     names = [s.name for s in table.STAGES]
-    chosen = stages or names
-    unknown = [s for s in chosen if s not in names]
-    if unknown:
-        raise ConfigError(f"stages: unknown {unknown}; allowed: {', '.join(names)}")
+    chosen = chosen_stages(stages)
     if rounds is not None and rounds < 1:
         raise ConfigError(f"canary-rounds: must be an integer >= 1, got {rounds}")
     if short:
@@ -376,14 +374,7 @@ def run_canary(profile: str, stages: list[str] | None = None, params_file: str =
     params_path = out / "params.yaml"
     params_path.write_text(yaml.safe_dump(params, sort_keys=False, width=120))
     params_rel = str(params_path.relative_to(root))
-    problems, configs = [], {}
-    for name in chosen:  # bad input fails before any work
-        try:
-            configs[name] = validate_stage(params, name, target)
-        except (ConfigError, ValueError) as exc:
-            problems.append(f"{name}: {exc}")
-    if problems:
-        raise ConfigError("\n".join(problems))
+    configs = validate_stages(params, chosen, target)  # bad input fails before any work
     baseline = measure_baseline()
     logs = out / "logs"
     logs.mkdir(exist_ok=True)

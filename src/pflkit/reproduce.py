@@ -18,6 +18,32 @@ from .config import DEFAULT_PROFILE, ConfigError, load_params, validate_stage
 from .paths import project_root
 
 
+def chosen_stages(stages: list[str] | None) -> list[str]:
+    """``stages`` (default: every stage of the stage table), or a ConfigError naming the unknown ones."""
+    from . import stages as table
+
+    names = [s.name for s in table.STAGES]
+    chosen = stages or names
+    unknown = [s for s in chosen if s not in names]
+    if unknown:
+        raise ConfigError(f"stages: unknown {unknown}; allowed: {', '.join(names)}")
+    return chosen
+
+
+def validate_stages(params, names: list[str], profile: str) -> dict:
+    """{stage: its config} under ``profile``, or one ConfigError listing every stage's problems (bad input fails
+    before any work)."""
+    configs, problems = {}, []
+    for name in names:
+        try:
+            configs[name] = validate_stage(params, name, profile)
+        except (ConfigError, ValueError) as exc:
+            problems.append(f"{name}: {exc}")
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return configs
+
+
 def reproduce(profile: str, stages: list[str] | None = None, params_file: str = "params.yaml") -> int:
     from . import stages as table
     from .notebooks import StageError, run_stage
@@ -27,19 +53,8 @@ def reproduce(profile: str, stages: list[str] | None = None, params_file: str = 
                           "name another profile of params.yaml, e.g. paper")
     root = project_root()
     names = [s.name for s in table.STAGES]
-    chosen = stages or names
-    unknown = [s for s in chosen if s not in names]
-    if unknown:
-        raise ConfigError(f"stages: unknown {unknown}; allowed: {', '.join(names)}")
-    params = load_params(root / params_file)
-    problems = []
-    for name in chosen:  # bad input fails before any work
-        try:
-            validate_stage(params, name, profile)
-        except (ConfigError, ValueError) as exc:
-            problems.append(f"{name}: {exc}")
-    if problems:
-        raise ConfigError("\n".join(problems))
+    chosen = chosen_stages(stages)
+    validate_stages(load_params(root / params_file), chosen, profile)
     start = time.monotonic()
     for i, name in enumerate(n for n in names if n in chosen):
         print(f"[{i + 1}/{len(chosen)}] {name} (profile {profile})", file=sys.stderr, flush=True)
