@@ -1,6 +1,7 @@
 # The two commands a researcher needs:
 #   make reproduce   set up .venv if missing, fetch offline data, run the whole DVC pipeline
-#                    (PROFILE=paper: every stage at the papers' settings, under build/paper/, outside DVC)
+#                    (PROFILE=paper: every stage at the papers' settings, under build/paper/: the DVC pipeline
+#                    pipelines/paper/dvc.yaml, cached and pushed/pulled per stage like the default's)
 #   make test        set up .venv if missing, lint (ruff check), run every notebook (nbval), the
 #                    smoke-result regression, unit and integration tests, on both cores (Flower's tests skip
 #                    unless the extra is installed: `make flower`, which `make reproduce` and CI run)

@@ -3,9 +3,12 @@
     python scripts/check_dvc_lock.py        (make check-lock; .ci/run runs it)
 
 Runs ``dvc status --json`` and reports every stage whose recorded command, dependencies (the notebook
-twin, the src/pflkit files it imports) or params differ from the tree. Outputs are not checked, nor
-dependencies that are another stage's outputs (a fresh clone has none: they live in DVC's cache). The
-fix: re-run the affected stages (``dvc repro``) and commit dvc.lock with the change that caused it.
+twin, the src/pflkit files it imports) or params differ from the tree, in dvc.yaml and in every profile's
+pipeline (pipelines/<profile>/dvc.yaml, with its own dvc.lock). Outputs are not checked, nor dependencies that
+are another stage's outputs (a fresh clone has none: they live in DVC's cache). A profile pipeline's stage that
+has never run (no entry in its dvc.lock: the paper profile's long stages need a GPU) is allowed and counted.
+The fix: re-run the affected stages (``dvc repro``, ``dvc repro pipelines/<profile>/dvc.yaml:<stage>``) and
+commit the dvc.lock with the change that caused it.
 """
 from __future__ import annotations
 
@@ -18,11 +21,37 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def stage_outputs(dvc_yaml: Path = ROOT / "dvc.yaml") -> set[str]:
-    """Every path a stage declares as an output (outs, metrics, plots)."""
+def pipeline_files(root: Path = ROOT) -> list[Path]:
+    """dvc.yaml, then each profile pipeline's (pipelines/<profile>/dvc.yaml)."""
+    return [root / "dvc.yaml", *sorted((root / "pipelines").glob("*/dvc.yaml"))]
+
+
+def stage_key(dvc_yaml: Path, stage: str, root: Path = ROOT) -> str:
+    """``dvc status``'s name of a stage: bare in dvc.yaml, ``<file>:<stage>`` in another pipeline file."""
+    rel = dvc_yaml.relative_to(root).as_posix()
+    return stage if rel == "dvc.yaml" else f"{rel}:{stage}"
+
+
+def never_run(root: Path = ROOT) -> set[str]:
+    """Stages of the profile pipelines with no entry in their dvc.lock (``stage_key`` names)."""
+    import yaml
+    keys = set()
+    for dvc_yaml in pipeline_files(root)[1:]:
+        lock = dvc_yaml.with_name("dvc.lock")
+        locked = set(((yaml.safe_load(lock.read_text()) if lock.exists() else None) or {}).get("stages", {}))
+        keys |= {stage_key(dvc_yaml, s, root)
+                 for s in (yaml.safe_load(dvc_yaml.read_text()) or {}).get("stages", {}) if s not in locked}
+    return keys
+
+
+def stage_outputs(dvc_yamls: list[Path] | None = None) -> set[str]:
+    """Every path a stage declares as an output (outs, metrics, plots), in every pipeline file (each run from
+    the project root)."""
     import yaml
     paths = set()
-    for spec in (yaml.safe_load(dvc_yaml.read_text()) or {}).get("stages", {}).values():
+    specs = [spec for f in (dvc_yamls or pipeline_files())
+             for spec in ((yaml.safe_load(f.read_text()) or {}).get("stages", {}) or {}).values()]
+    for spec in specs:
         for key in ("outs", "metrics", "plots"):
             for entry in spec.get(key, []) or []:
                 paths.add(entry if isinstance(entry, str) else next(iter(entry)))
@@ -34,12 +63,14 @@ def is_produced(path: str, produced: set[str]) -> bool:
     return any(path == out or path.startswith(out.rstrip("/") + "/") for out in produced)
 
 
-def stale_stages(status: dict, produced: set[str] = frozenset()) -> dict[str, list[str]]:
+def stale_stages(status: dict, produced: set[str] = frozenset(), unrun: set[str] = frozenset()) -> dict[str, list[str]]:
     """stage -> what changed (deps, params, command), from ``dvc status --json``. Outputs are ignored,
     and so are dependencies that another stage ``produced`` (in DVC's cache, absent from a fresh
-    clone, not code)."""
+    clone, not code), and the profile pipelines' stages that never ran (``unrun``)."""
     stale = {}
     for stage, entries in status.items():
+        if stage in unrun:
+            continue
         what = []
         for entry in entries if isinstance(entries, list) else [entries]:
             if isinstance(entry, str):  # "changed checksum", "always changed"
@@ -54,7 +85,7 @@ def stale_stages(status: dict, produced: set[str] = frozenset()) -> dict[str, li
                 else:
                     what.append(f"{kind}: {changes}")
         if what:
-            stale[stage.split(":")[-1]] = what
+            stale[stage] = what
     return stale
 
 
@@ -64,14 +95,17 @@ def main() -> int:
     if out.returncode != 0:
         print(f"dvc status failed:\n{out.stderr}", file=sys.stderr)
         return 2
-    stale = stale_stages(json.loads(out.stdout or "{}"), stage_outputs())
+    unrun = never_run()
+    stale = stale_stages(json.loads(out.stdout or "{}"), stage_outputs(), unrun)
     if stale:
         print("dvc.lock is out of date with the tree: these stages' recorded code or params differ "
               "(run `dvc repro` and commit dvc.lock):", file=sys.stderr)
         for stage, what in stale.items():
             print(f"  {stage}: " + "; ".join(what), file=sys.stderr)
         return 1
-    print("dvc.lock matches the tree: every stage's command, code and params are the ones recorded")
+    print("dvc.lock matches the tree: every stage's command, code and params are the ones recorded"
+          + (f" ({len(unrun)} profile-pipeline stages have never run: {', '.join(sorted(unrun)[:4])}"
+             f"{', ...' if len(unrun) > 4 else ''})" if unrun else ""))
     return 0
 
 

@@ -25,7 +25,7 @@ from .device import DEVICES
 RUNNER_KEYS = ("stage", "results_dir", "figures_dir")
 
 #: the profile ``dvc repro`` runs: params.yaml's stage sections as written
-DEFAULT_PROFILE = "default"
+DEFAULT_PROFILE = _stages.DEFAULT_PROFILE
 #: params.yaml's mapping of the other profiles: name -> {defaults: {..}, <stage>: {..}}, each an
 #: overlay whose keys replace the section's (whole values: a nested mapping is replaced, not merged)
 PROFILES_KEY = "profiles"

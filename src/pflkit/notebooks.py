@@ -25,6 +25,7 @@ import yaml
 
 from .config import DEFAULT_PROFILE, PARAMS_ENV, REQUIRE_PREPARED_ENV, ConfigError, load_params, validate_stage
 from .paths import link_problem, project_root, why_unwritable as _why_unwritable
+from .stages import PIPELINE_PROFILES, profile_path  # noqa: F401  (profile_path: notebooks' and scripts' name)
 
 KERNEL = "pflkit"
 
@@ -246,21 +247,6 @@ def stage_outputs(stage: str, root: Path, profile: str = DEFAULT_PROFILE) -> lis
     return paths
 
 
-def profile_path(path: str, profile: str = DEFAULT_PROFILE) -> str:
-    """Where a run of ``profile`` writes the DVC output ``path``: the path itself for the default profile;
-    else under build/<profile>/, as ``config.output_dirs`` and ``model_store.models_dir_of`` lay it out:
-    results/<stage>/f -> build/<profile>/<stage>/f, models/<stage>/f -> build/<profile>/<stage>/models/f,
-    figures/... and reports/... -> build/<profile>/figures/..., build/<profile>/reports/.... (A profile's
-    run is not a DVC stage: it never touches DVC's outputs.)"""
-    if profile == DEFAULT_PROFILE:
-        return path
-    head, _, rest = path.partition("/")
-    if head == "models":
-        stage, _, inner = rest.partition("/")
-        return f"build/{profile}/{stage}/models" + (f"/{inner}" if inner else "")
-    return f"build/{profile}/{rest if head == 'results' else path}"
-
-
 def stage_notebook(stage: str, root: Path) -> PurePosixPath | None:
     """The notebook dvc.yaml's command runs for ``stage`` (``python -m pflkit stage <stage> <notebook>``;
     dvc.yaml is written from the stage table, ``pflkit.stages``), or None when its command names none."""
@@ -345,8 +331,9 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
     - ``PFLKIT_PARAMS`` (:data:`pflkit.config.PARAMS_ENV`): the params file validated here, which the
       notebook's ``from_namespace`` reads (the injected parameters name stage, profile ``default`` and
       the output folders; every other value comes from that file).
-    - ``PFLKIT_REQUIRE_PREPARED`` (:data:`pflkit.config.REQUIRE_PREPARED_ENV`): 1 for the default profile,
-      whose stages must read their data from data/prepared/ (the data stages' outputs DVC tracks).
+    - ``PFLKIT_REQUIRE_PREPARED`` (:data:`pflkit.config.REQUIRE_PREPARED_ENV`): 1 for the default profile and
+      the profiles with a pipeline of their own (``pflkit.stages.PIPELINE_PROFILES``), whose stages must read
+      their data from data/prepared/ (the data stages' outputs DVC tracks).
     """
     import nbformat
 
@@ -397,7 +384,8 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
         with _environ({PROGRESS_ENV: str(progress), TWIN_SHA256_ENV: hashlib.sha256(code).hexdigest(),
                        PARAMS_ENV: str(root / params_file),
                        # the pipeline's stages read data only from the data stages' outputs (DVC deps)
-                       REQUIRE_PREPARED_ENV: "1" if profile == DEFAULT_PROFILE else "0"}):
+                       REQUIRE_PREPARED_ENV: "1" if profile == DEFAULT_PROFILE or profile in PIPELINE_PROFILES
+                       else "0"}):
             echo.start()
             try:
                 # the notebook reads its values from params.yaml (the profile's); the runner names the

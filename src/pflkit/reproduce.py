@@ -1,18 +1,22 @@
-"""``python -m pflkit reproduce --profile <name>``: every stage under a params.yaml profile, outside DVC.
+"""``python -m pflkit reproduce --profile <name>``: every stage under a params.yaml profile.
 
-``dvc repro`` runs the default profile (the sections as written) and caches its outputs. Another profile
-(``paper``: the papers' own settings) runs the same notebooks with that profile's values, in pipeline
-order, writing under build/<profile>/ (``notebooks.profile_path``), so it never touches what DVC
-produced; then its claims ledger (``scripts/claims.py --profiles default,<profile> --out
-build/<profile>``). Every stage is validated before the first one starts. Each stage's wall time goes
-to build/runtimes.csv (``notebooks.record_runtime``), from which ``scripts/stage_runtimes.py`` writes
-README's runtime table.
+``dvc repro`` runs the default profile (the sections as written) and caches its outputs. A profile with a
+pipeline of its own (``pflkit.stages.PIPELINE_PROFILES``: ``paper``, the papers' own settings) is run by
+DVC too: ``dvc repro pipelines/<profile>/dvc.yaml`` (or its chosen stages), cached per stage, its outputs
+under build/<profile>/, then its ledger stage. Any other profile runs the same notebooks with that
+profile's values, in pipeline order, outside DVC, writing under build/<profile>/ (``stages.profile_path``),
+so it never touches what DVC produced; then its claims ledger (``scripts/claims.py --profiles
+default,<profile> --out build/<profile>``). Either way every stage is validated before the first one
+starts. Each stage's wall time goes to build/runtimes.csv (``notebooks.record_runtime``), from which
+``scripts/stage_runtimes.py`` writes README's runtime table.
 """
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from .config import DEFAULT_PROFILE, ConfigError, load_params, validate_stage
 from .paths import project_root
@@ -55,6 +59,8 @@ def reproduce(profile: str, stages: list[str] | None = None, params_file: str = 
     names = [s.name for s in table.STAGES]
     chosen = chosen_stages(stages)
     validate_stages(load_params(root / params_file), chosen, profile)
+    if profile in table.PIPELINE_PROFILES:
+        return repro_pipeline(profile, stages, root, params_file)
     start = time.monotonic()
     for i, name in enumerate(n for n in names if n in chosen):
         print(f"[{i + 1}/{len(chosen)}] {name} (profile {profile})", file=sys.stderr, flush=True)
@@ -67,3 +73,19 @@ def reproduce(profile: str, stages: list[str] | None = None, params_file: str = 
     ledger = [sys.executable, str(root / "scripts" / "claims.py"), "--profiles", f"{DEFAULT_PROFILE},{profile}",
               "--out", f"build/{profile}"]
     return subprocess.call(ledger, cwd=root)
+
+
+def repro_pipeline(profile: str, stages: list[str] | None, root, params_file: str = "params.yaml") -> int:
+    """``dvc repro`` of ``profile``'s own pipeline: the chosen stages (and what they need that changed), or all
+    of it with its ledger. DVC reads params.yaml: another ``params_file`` cannot be used here."""
+    from . import stages as table
+
+    if params_file != "params.yaml":
+        raise ConfigError(f"params_file: the {profile} profile runs as a DVC pipeline, which reads params.yaml "
+                          f"(got {params_file})")
+    file = table.pipeline_file(profile)
+    targets = [f"{file}:{name}" for name in stages] if stages else [file]
+    dvc = shutil.which("dvc") or str(Path(sys.executable).with_name("dvc"))
+    command = [dvc, "repro", *targets]
+    print("dvc repro " + " ".join(targets), file=sys.stderr, flush=True)
+    return subprocess.call(command, cwd=root)

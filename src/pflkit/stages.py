@@ -78,6 +78,35 @@ FIGURES_SECTION = "figures"
 #: the params.yaml section of the data stages (one entry per data stage key)
 DATA_SECTION = "data"
 
+#: the profile ``dvc repro`` of dvc.yaml runs: the params.yaml sections as written
+DEFAULT_PROFILE = "default"
+#: params.yaml profiles with a DVC pipeline of their own, ``pipelines/<profile>/dvc.yaml`` (written by
+#: scripts/dvc_stages.py from this table, beside dvc.yaml): the same notebook stages with the profile's values,
+#: their outputs under build/<profile>/ (``profile_path``), cached, pushed and pulled per stage like the default's
+PIPELINE_PROFILES = ("paper",)
+
+
+def pipeline_file(profile: str) -> str:
+    """The dvc.yaml of a profile's pipeline, relative to the project (the default profile's: dvc.yaml)."""
+    return "dvc.yaml" if profile == DEFAULT_PROFILE else f"pipelines/{profile}/dvc.yaml"
+
+
+def profile_path(path: str, profile: str = DEFAULT_PROFILE) -> str:
+    """Where a run of ``profile`` writes the default pipeline's output ``path``: the path itself for the default
+    profile; else under build/<profile>/, as ``config.output_dirs`` and ``model_store.models_dir_of`` lay it out:
+    results/<stage>/f -> build/<profile>/<stage>/f, models/<stage>/f -> build/<profile>/<stage>/models/f,
+    figures/... and reports/... -> build/<profile>/figures/..., build/<profile>/reports/.... A profile of
+    ``PIPELINE_PROFILES`` declares exactly these paths as its pipeline's outputs; another profile's run
+    (``python -m pflkit reproduce``, the canary, nbval's smoke runs) is not a DVC stage and never touches
+    DVC's outputs."""
+    if profile == DEFAULT_PROFILE:
+        return path
+    head, _, rest = path.partition("/")
+    if head == "models":
+        stage, _, inner = rest.partition("/")
+        return f"build/{profile}/{stage}/models" + (f"/{inner}" if inner else "")
+    return f"build/{profile}/{rest if head == 'results' else path}"
+
 
 @dataclass(frozen=True)
 class Stage:

@@ -34,3 +34,27 @@ def test_a_dependency_produced_by_another_stage_may_be_missing():
     assert check.is_produced("models/perm_fig4/alpha.npz", check.stage_outputs())  # inside models/perm_fig4
     assert check.stale_stages(status, {"models/perm_fig4"}) == {}
     assert not check.is_produced("models/perm_fig40/x", {"models/perm_fig4"})
+
+
+def test_a_profile_stage_that_never_ran_is_allowed_and_one_that_ran_is_checked(tmp_path):
+    (tmp_path / "dvc.yaml").write_text("stages:\n  a:\n    cmd: x\n    outs: [results/a/m.json]\n")
+    paper = tmp_path / "pipelines" / "paper"
+    paper.mkdir(parents=True)
+    (paper / "dvc.yaml").write_text("stages:\n  a:\n    cmd: x --profile paper\n    wdir: ../..\n"
+                                    "    outs: [build/paper/a/m.json]\n  b:\n    cmd: y\n    wdir: ../..\n")
+    (paper / "dvc.lock").write_text("schema: '2.0'\nstages:\n  a:\n    cmd: x --profile paper\n")
+    assert check.never_run(tmp_path) == {"pipelines/paper/dvc.yaml:b"}
+    assert check.stage_outputs(check.pipeline_files(tmp_path)) == {"results/a/m.json", "build/paper/a/m.json"}
+    status = {"pipelines/paper/dvc.yaml:a": [{"changed deps": {"src/pflkit/x.py": "modified"}}],
+              "pipelines/paper/dvc.yaml:b": [{"changed deps": {"src/pflkit/x.py": "modified"}}],
+              "a": ["changed command"]}
+    stale = check.stale_stages(status, unrun=check.never_run(tmp_path))
+    # the same stage name in two pipelines is two stages, each named as dvc status names it
+    assert stale == {"pipelines/paper/dvc.yaml:a": ["changed deps: src/pflkit/x.py (modified)"],
+                     "a": ["changed command"]}
+
+
+def test_every_profile_pipeline_is_checked():
+    files = [p.relative_to(ROOT).as_posix() for p in check.pipeline_files()]
+    assert files == ["dvc.yaml", "pipelines/paper/dvc.yaml"]
+    assert "build/paper/perm_fig4/metrics.json" in check.stage_outputs()
