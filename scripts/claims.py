@@ -5,8 +5,10 @@
 
 For each entry of claims.yaml and each profile with results (default: results/<stage>/metrics.json, what
 ``dvc repro`` writes; another profile: build/<profile>/<stage>/metrics.json; a profile with none has no
-column), the value(s) at the entry's path and the verdict of its rule: holds / does not hold / not run (no
-results) / no value (the path is not in the results). The DVC stage ``claims`` runs after every stage;
+column), the value(s) at the entry's path and the verdict of its rule: holds / does not hold / inconclusive (the
+run cannot show the claim, ``inconclusive``: the margin is within its seed-to-seed spread, one seed measured no
+spread, or the run is shorter than the claim needs; the row's note says which) / not run (no results) / no value
+(the path is not in the results). The DVC stage ``claims`` runs after every stage;
 after running some stages by hand (``dvc repro <stage>_plot``, ``pflkit reproduce``), run this script to
 refresh the page: stages that have not run read "not run" with the command that runs them. Outputs:
 
@@ -46,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dvc_stages import load_stages  # noqa: E402  (the stage table, without importing pflkit)
 
 RULE = re.compile(r"^(abs )?(<=|>=|<|>) *(\S+)$")
-VERDICTS = ("holds", "does not hold", "not run", "no value")
+VERDICTS = ("holds", "does not hold", "inconclusive", "not run", "no value")
 
 
 class Missing(LookupError):
@@ -74,8 +76,11 @@ def read_metrics(path: Path, stage: str, profile: str, root: Path = ROOT) -> dic
 
 def run_command(stage: str, profile: str) -> str:
     """The command that runs ``stage`` (and what it needs) under ``profile``."""
+    table = load_stages()
     if profile == "default":
         return f"dvc repro {stage}"
+    if profile in table.PIPELINE_PROFILES:
+        return f"dvc repro {table.pipeline_file(profile)}:{stage}"
     source = stage.removesuffix("_plot")
     return f"python -m pflkit reproduce --profile {profile} --stages " + (
         f"{source},{stage}" if source != stage else stage)
@@ -142,6 +147,46 @@ def decide(rule: str, columns: list[list]) -> bool:
     return all(cmp[op](abs(v) if absolute else v) for v in flat)
 
 
+def inconclusive(metrics: dict, claim: dict, columns: list[list]) -> str | None:
+    """Why the run cannot show the claim, or None (the rule's verdict stands):
+
+    * ``spread`` (a path to the seed-to-seed standard deviation of the value, e.g. the sd over seeds of the
+      paired per-seed margin) and ``seeds`` (the path to how many seeds ran): with one seed no spread was
+      measured; with more, a single value within one sd of the rule's bound could fall either side of it
+      on other seeds;
+    * ``min_rounds`` ({value: path to the rounds run, at_least: n, source: where n comes from}): a claim about
+      where a run ends up, from a run shorter than that (every match of the path is checked).
+    """
+    if "seeds" in claim:
+        try:
+            seeds = lookup(metrics, claim["seeds"])[0]
+        except Missing:
+            seeds = None
+        if seeds == 1:
+            return "one seed: the seed-to-seed spread of the margin is not measured"
+    m = RULE.match(" ".join(str(claim["rule"]).split()))
+    if "spread" in claim and m and not m.group(1) and len(columns) == 1 and len(columns[0]) == 1:
+        try:
+            spread = float(lookup(metrics, claim["spread"])[0])
+        except Missing:
+            spread = None
+        value, bound = float(columns[0][0]), float(m.group(3))
+        if spread is not None and abs(value - bound) <= spread:
+            return (f"the value {show(value)} is within one seed-to-seed sd ({show(spread)}) of {show(bound)}: "
+                    "other seeds could put it on either side")
+    need = claim.get("min_rounds")
+    if need:
+        try:
+            ran = [int(r) for r in lookup(metrics, need["value"])]
+        except Missing:
+            ran = []
+        short = [r for r in ran if r < int(need["at_least"])]
+        if short:
+            return (f"{min(short)} rounds run; the claim is about where the runs end up, which needs "
+                    f"{need['at_least']} rounds ({need['source']})")
+    return None
+
+
 def show(value) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
@@ -195,6 +240,9 @@ def evaluate(claims: list[dict], folders: dict[str, Path], root: Path = ROOT) ->
                 try:
                     columns = [lookup(metrics, p) for p in paths]
                     row["verdict"] = "holds" if decide(c["rule"], columns) else "does not hold"
+                    why_not = inconclusive(metrics, c, columns)
+                    if why_not:
+                        row["verdict"], row["note"] = "inconclusive", f"{why_not} (the rule alone: {row['verdict']})"
                     flat = [v for col in columns for v in col]
                     row["value"] = ", ".join(show(v) for v in flat[:8]) + (" ..." if len(flat) > 8 else "")
                     row["first"] = flat[0]
@@ -221,7 +269,7 @@ def result_folders(params: dict, root: Path, stages: list[str]) -> dict[str, Pat
 
 # --------------------------------------------------------------------------------------- outputs
 COLUMNS = ["id", "paper", "figure", "stage", "profile", "claim", "metric", "rule", "value", "estimate", "verdict",
-           "dataset", "substitute", "why"]
+           "dataset", "substitute", "why", "note"]
 
 
 def to_csv(rows: list[dict]) -> str:
@@ -241,7 +289,8 @@ def to_markdown(rows: list[dict], profile: str = "default") -> str:
             if r["paper"] == paper and r["profile"] == profile:
                 value = r["value"] + (f" ({r['estimate']})" if r["estimate"] else "")
                 data = r["dataset"] + (" **(substitute)**" if r["substitute"] else "")
-                lines.append(f"| {r['figure']} | {r['claim']} | {r['metric']}: {value} | **{r['verdict']}** | {data} |")
+                verdict = f"**{r['verdict']}**" + (f": {r['note']}" if r["verdict"] == "inconclusive" else "")
+                lines.append(f"| {r['figure']} | {r['claim']} | {r['metric']}: {value} | {verdict} | {data} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -382,7 +431,7 @@ def to_html(rows: list[dict], profiles: list[str], stages: dict, root: Path = RO
              f"td:first-child{{min-width:{THUMB_WIDTH}px;max-width:{THUMB_WIDTH}px}}"
              f"img.thumb{{display:block;width:{THUMB_WIDTH}px;height:auto;margin:4px 0}}"
              ".run{margin-top:6px}.profile{font-weight:bold;color:#555}"
-             ".missing{color:#777}.holds{background:#e6f4e6}.does-not-hold{background:#fbe3e3}"
+             ".missing{color:#777}.holds{background:#e6f4e6}.does-not-hold{background:#fbe3e3}.inconclusive{background:#fff4d6}"
              ".not-run,.no-value{background:#eee}")
     summary = "; ".join(f"{esc(p)} profile: " + ", ".join(
         f"{n} {v}" for v, n in ((v, sum(r["verdict"] == v for r in rows if r["profile"] == p)) for v in VERDICTS) if n)
@@ -402,6 +451,8 @@ def headline(rows: list[dict], stage: str) -> dict:
     if mine and not any(r["ran"] for r in mine):
         return {"claims": len(mine), "holding": "not run"}
     out = {"claims": len(mine), "holding": sum(r["verdict"] == "holds" for r in mine)}
+    if any(r["verdict"] == "inconclusive" for r in mine):
+        out["inconclusive"] = sum(r["verdict"] == "inconclusive" for r in mine)
     first = mine[0].get("first") if mine else None
     if isinstance(first, (int, float)) and not isinstance(first, bool) and math.isfinite(first):
         out["value"] = round(float(first), 6)

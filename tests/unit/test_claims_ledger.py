@@ -145,10 +145,12 @@ def test_a_profile_gets_a_column_only_with_results(tmp_path):
 
 def test_not_run_commands_name_the_stage_and_its_figure():
     assert claims.run_command("perm_fig1_plot", "default") == "dvc repro perm_fig1_plot"
-    assert claims.run_command("perm_fig1_plot", "paper") == (
-        "python -m pflkit reproduce --profile paper --stages perm_fig1,perm_fig1_plot")
-    assert claims.run_command("charles_theory", "paper") == (
-        "python -m pflkit reproduce --profile paper --stages charles_theory")
+    # the paper profile has a DVC pipeline of its own (pipelines/paper/dvc.yaml); smoke runs outside DVC
+    assert claims.run_command("perm_fig1_plot", "paper") == "dvc repro pipelines/paper/dvc.yaml:perm_fig1_plot"
+    assert claims.run_command("perm_fig1_plot", "smoke") == (
+        "python -m pflkit reproduce --profile smoke --stages perm_fig1,perm_fig1_plot")
+    assert claims.run_command("charles_theory", "smoke") == (
+        "python -m pflkit reproduce --profile smoke --stages charles_theory")
 
 
 def test_notebook_pages_are_rebuilt_whole(tmp_path):
@@ -234,3 +236,54 @@ def test_every_claim_of_claims_yaml_resolves_on_the_smoke_results():
     assert {r["id"] for r in rows if r["verdict"] == "not run"} == only_default
     problems = [f"{r['id']}: {r['verdict']} {r['value']}" for r in rows if r["verdict"] == "no value"]
     assert not problems, problems
+
+
+MARGIN = {"value": ["m", "margin"], "rule": "> 0", "spread": ["m", "margin_sd"], "seeds": ["m", "seeds"]}
+
+
+@pytest.mark.parametrize("metrics, verdict, why", [
+    ({"margin": 0.03, "margin_sd": 0.01, "seeds": 3}, None, None),              # 3 sd above 0: the rule stands
+    ({"margin": 0.0172, "margin_sd": 0.0149, "seeds": 3}, None, None),          # perm_fig1's measured pair: above 1 sd
+    ({"margin": 0.01, "margin_sd": 0.0149, "seeds": 3}, "inconclusive", "within one seed-to-seed sd (0.0149) of 0"),
+    ({"margin": -0.002, "margin_sd": 0.0058, "seeds": 3}, "inconclusive", "other seeds could put it on either side"),
+    ({"margin": -0.04, "margin_sd": 0.012, "seeds": 3}, None, None),            # clearly below: does not hold
+    ({"margin": 0.2, "seeds": 1}, "inconclusive", "one seed: the seed-to-seed spread of the margin is not measured"),
+    ({"margin": 0.2}, None, None),  # results written before the spread was measured: the rule's verdict alone
+])
+def test_a_margin_within_its_seed_spread_is_inconclusive(metrics, verdict, why):
+    got = claims.inconclusive({"m": metrics}, MARGIN, [[metrics["margin"]]])
+    assert (got is None) == (verdict is None)
+    if why:
+        assert why in got
+
+
+def test_a_run_shorter_than_the_claim_needs_is_inconclusive():
+    claim = {"value": ["c", "femnist", "holds"], "rule": "true",
+             "min_rounds": {"value": ["tasks", "*", "rounds"], "at_least": 1500, "source": "Reddi et al. (2020)"}}
+    short = {"tasks": {"femnist": {"rounds": 1500}, "cifar100": {"rounds": 30}}}
+    assert claims.inconclusive(short, claim, [[True]]) == (
+        "30 rounds run; the claim is about where the runs end up, which needs 1500 rounds (Reddi et al. (2020))")
+    assert claims.inconclusive({"tasks": {"femnist": {"rounds": 1500}}}, claim, [[False]]) is None
+
+
+def test_an_inconclusive_row_keeps_what_the_rule_alone_says_in_every_output(tmp_path):
+    root = _project(tmp_path)
+    entries = yaml.safe_load((root / "claims.yaml").read_text())
+    for e in entries:
+        e.update(spread=["claim_perm_best", "margin_sd"], seeds=["claim_perm_best", "seeds"])
+    (root / "claims.yaml").write_text(yaml.safe_dump(entries))
+    metrics = json.loads((root / "results/perm_fig1/metrics.json").read_text())
+    metrics["claim_perm_best"].update(margin_sd=0.05, seeds=3)  # margin 0.02 < 1 sd
+    (root / "results/perm_fig1/metrics.json").write_text(json.dumps(metrics))
+    rows = claims.main(["--claims", str(root / "claims.yaml")], root=root)
+    row = next(r for r in rows if r["id"] == "t-perm_fig1" and r["profile"] == "default")
+    assert row["verdict"] == "inconclusive"
+    assert row["note"].endswith("(the rule alone: holds)")
+    table = {(r["id"], r["profile"]): r for r in csv.DictReader((root / "results/claims.csv").open())}
+    assert table["t-perm_fig1", "default"]["verdict"] == "inconclusive"
+    assert "within one seed-to-seed sd (0.05) of 0" in table["t-perm_fig1", "default"]["note"]
+    markdown = (root / "results/claims.md").read_text()
+    assert "| **inconclusive**: the value 0.02 is within one seed-to-seed sd" in markdown
+    assert 'class="inconclusive"' in (root / "reports/index.html").read_text()
+    # perm_fig1's two claims (t-perm_fig1 and t-perm_fig1-default-only) read the same crafted margin
+    assert json.loads((root / "results/claims/perm_fig1.json").read_text())["inconclusive"] == 2

@@ -278,6 +278,27 @@ def test_perm_claim_compares_with_the_best_other_method():
     assert perm_claim(table.drop(index="PERM")) is None
 
 
+def test_perm_claim_measures_the_margins_spread_over_seeds_paired():
+    """margin_sd is the sample sd of the per-seed margins (same seed = same data and split): worked by hand."""
+    import pandas as pd
+    from pflkit.experiments.perm import perm_claim
+    from pflkit.runner import final_table
+    # final round 3 (round 1 is not final); seed s: PERM, Local = (0.90, 0.80), (0.85, 0.86), (0.95, 0.90)
+    finals = {0: (0.90, 0.80), 1: (0.85, 0.86), 2: (0.95, 0.90)}
+    rows = [(r, m, seed, "accuracy", v if r == 3 else 0.5) for seed, (p, loc) in finals.items()
+            for m, v in (("PERM", p), ("Local", loc)) for r in (1, 3)]
+    history = pd.DataFrame(rows, columns=["round", "method", "seed", "metric", "value"])
+    claim = perm_claim(final_table(history, ("accuracy",)), history=history)
+    margins = [0.10, -0.01, 0.05]
+    mean = sum(margins) / 3
+    sd = (sum((m - mean) ** 2 for m in margins) / 2) ** 0.5
+    assert claim["seeds"] == 3 and claim["margin"] == round(mean, 4)
+    assert claim["margin_sd"] == round(sd, 4) == 0.0551
+    one = history[history["seed"] == 0]
+    claim = perm_claim(final_table(one, ("accuracy",)), history=one)
+    assert claim["seeds"] == 1 and "margin_sd" not in claim  # one seed: no spread to measure
+
+
 def test_alpha_visits_draw_clients_in_proportion_to_alpha():
     from pflkit.algorithms.perm import alpha_visit_clients
     alpha = torch.tensor([[0.5, 0.5, 0.0], [0.0, 0.0, 1.0], [0.2, 0.3, 0.5]], dtype=torch.float64)

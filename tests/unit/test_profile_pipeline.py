@@ -65,7 +65,8 @@ def test_reproduce_of_the_paper_profile_is_dvc_repro_of_its_pipeline(monkeypatch
     calls = []
     monkeypatch.setattr(reproduce_module.subprocess, "call", lambda cmd, cwd: calls.append(cmd) or 0)
     assert reproduce_module.reproduce("paper", ["charles_fig1", "charles_fig1_plot"]) == 0
-    assert calls[0][1:] == ["repro", "pipelines/paper/dvc.yaml:charles_fig1", "pipelines/paper/dvc.yaml:charles_fig1_plot"]
+    assert calls[0][1:] == ["repro", "pipelines/paper/dvc.yaml:charles_fig1",
+                            "pipelines/paper/dvc.yaml:charles_fig1_plot"]
     assert reproduce_module.reproduce("paper") == 0
     assert calls[1][1:] == ["repro", "pipelines/paper/dvc.yaml"]
 

@@ -596,7 +596,7 @@ def _run_tasks(cfg: NNConfig, settings: list[Setting]) -> TaskRuns:
                        settings_chunk=cfg.settings_chunk)
         hist.append(run.history.assign(task=name))
         dead.append(run.diverged.assign(task=name))
-        records[name] = {**task.record, "num_clients": data.num_clients,
+        records[name] = {**task.record, "num_clients": data.num_clients, "rounds": t.rounds,
                          "params": count_parameters(task.factory()), "seconds": round(run.seconds, 1)}
         labels[name] = task.label
         models[name] = {"params": run.params, "final": final_evaluations(hist[-1]), "data_digest": data_digest(data),

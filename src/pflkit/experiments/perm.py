@@ -212,17 +212,35 @@ class PermFig1Config(SyntheticData, RunConfig):
     test_fraction: float = Field(gt=0, lt=1)
 
 
-def perm_claim(table: pd.DataFrame, metric: str = "accuracy_mean", perm: str = "PERM") -> dict | None:
+def perm_claim(table: pd.DataFrame, metric: str = "accuracy_mean", perm: str = "PERM",
+               history: pd.DataFrame | None = None) -> dict | None:
     """The paper's claim for its curve figures: ``perm``'s final personalized accuracy (mean over seeds)
     is at least every other method's (the majority-class baseline and the other PERM variants aside).
-    None when ``perm`` or every other method is missing from ``table``."""
+    None when ``perm`` or every other method is missing from ``table``. With the run's ``history``, also how
+    far the margin moves between seeds (``seed_margins``): ``seeds``, and with two or more, ``margin_sd``,
+    the claims ledger's "inconclusive" test."""
     others = table[[not (str(m).startswith("PERM") or m == "Majority class") for m in table.index]][metric]
     if perm not in table.index or others.empty:
         return None
     best = others.idxmax()
     value = float(table.loc[perm, metric])
-    return {"perm": round(value, 4), "best_other": best, "best_other_value": round(float(others[best]), 4),
-            "margin": round(value - float(others[best]), 4), "holds": bool(value >= float(others[best]))}
+    claim = {"perm": round(value, 4), "best_other": best, "best_other_value": round(float(others[best]), 4),
+             "margin": round(value - float(others[best]), 4), "holds": bool(value >= float(others[best]))}
+    if history is not None:
+        margins = seed_margins(history, perm, best, metric.removesuffix("_mean"))
+        claim["seeds"] = len(margins)
+        if len(margins) > 1:
+            claim["margin_sd"] = round(float(margins.std(ddof=1)), 4)
+    return claim
+
+
+def seed_margins(history: pd.DataFrame, perm: str, other: str, metric: str = "accuracy") -> pd.Series:
+    """Per seed, ``perm``'s final ``metric`` minus ``other``'s (paired: the same seed's data and split), at each
+    method's last evaluated round, for the seeds both ran."""
+    last = history[(history["metric"] == metric)
+                   & (history["round"] == history.groupby("method")["round"].transform("max"))]
+    by_seed = last.pivot_table(index="seed", columns="method", values="value", aggfunc="mean")
+    return (by_seed[perm] - by_seed[other]).dropna()
 
 
 def describe_claim(claim: dict | None, name: str = "PERM") -> str:
@@ -287,10 +305,11 @@ def run_curves(cfg: RunConfig, model_factory: Callable, data_for_seed: Callable[
     record = record or {"dataset": data.name, "paper_dataset": data.paper_dataset or data.name,
                         "is_substitute": data.is_substitute}
     metrics = {**record, "final": table_records(table), "runtime_s": round(elapsed, 2)}
-    claim = perm_claim(table)
+    claim = perm_claim(table, history=history)
     if claim is not None:
         metrics["claim_perm_best"] = claim
-    claim = perm_claim(table, perm=METHODS["perm_alpha"][0])  # the variant, reported apart (never as "PERM")
+    # the variant, reported apart (never as "PERM")
+    claim = perm_claim(table, perm=METHODS["perm_alpha"][0], history=history)
     if claim is not None:
         metrics["claim_perm_alpha_best"] = claim
     run_info = {"stage": cfg.stage, "scale": scale, "data": data.summary(), "device": str(device),
