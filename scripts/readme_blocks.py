@@ -10,7 +10,8 @@ runs it).
 
 A block may name a DVC output (``results/claims.md``, written by ``dvc repro``): where the file is not
 there (a fresh clone before ``dvc repro`` or ``dvc pull``), the block is checked against the md5 that
-dvc.lock records for it, so the README still shows exactly what the recorded pipeline produced.
+dvc.lock records for it (or a profile pipeline's, ``pipelines/<profile>/dvc.lock``: ``build/paper/claims.md``), so
+the README still shows exactly what the recorded pipeline produced.
 """
 from __future__ import annotations
 
@@ -26,10 +27,10 @@ BLOCK = re.compile(r"(<!-- BEGIN (?P<path>\S+) -->\n)(?P<body>.*?)(<!-- END (?P=
 
 
 def locked_md5(path: str, root: Path = ROOT) -> str | None:
-    """The md5 dvc.lock records for output ``path`` (None: not a recorded output)."""
-    lock = root / "dvc.lock"
-    stages = (yaml.safe_load(lock.read_text()) or {}).get("stages", {}) if lock.exists() else {}
-    for stage in stages.values():
+    """The md5 dvc.lock (or a profile pipeline's dvc.lock) records for output ``path`` (None: not recorded)."""
+    stages = [stage for lock in (root / "dvc.lock", *sorted((root / "pipelines").glob("*/dvc.lock")))
+              if lock.exists() for stage in ((yaml.safe_load(lock.read_text()) or {}).get("stages") or {}).values()]
+    for stage in stages:
         for key in ("outs", "metrics", "plots"):
             for out in stage.get(key) or []:
                 if out.get("path") == path:

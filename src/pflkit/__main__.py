@@ -54,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
 
     p = add("reproduce", help="run every stage (in pipeline order) under a params.yaml profile, outputs "
                                          "under build/<profile>/, then its claims ledger; `dvc repro` runs the "
-                                         "default profile")
+                                         "default profile; the paper profile is `dvc repro "
+                                         "pipelines/paper/dvc.yaml` (cached per stage)")
     p.add_argument("--profile", required=True)
     p.add_argument("--stages", default=None, help="comma-separated stage names (default: all)")
     p.add_argument("--params", default="params.yaml")

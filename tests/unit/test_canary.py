@@ -74,17 +74,20 @@ def _params_with(tmp_path: Path, params, lr: dict) -> str:
     p["profiles"] = {**params["profiles"], "smoke": {**params["profiles"]["smoke"],
                                                        "perm_fig1": {**params["profiles"]["smoke"]["perm_fig1"],
                                                                      "lr": lr, "seeds": [0]}}}
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(p, sort_keys=False))
     return str(path)
 
 
 @pytest.mark.slow
-def test_canary_fails_naming_stage_method_round_and_setting(tmp_path, params, capsys):
+def test_canary_fails_naming_stage_method_round_and_setting_and_passes_with_the_profile_lrs(tmp_path, params, capsys):
     """A learning rate set to diverge (localized FedAvg at 1e4 on perm_fig1's smoke setting) fails the canary
-    with the stage, the method, the round and the learning rates; exit status 1."""
+    with the stage, the method, the round and the learning rates; exit status 1. The profile's own lrs pass.
+    One test, the two runs in turn: both write build/canary/smoke/ (its params.yaml, the stage's outputs), so two
+    pytest-xdist workers running them at once would race (a failing run read the passing run's params)."""
     lr = {**params["profiles"]["smoke"]["perm_fig1"]["lr"], "localized_fedavg": 1.0e4}
-    code = canary.run_canary("smoke", ["perm_fig1"], _params_with(tmp_path, params, lr), rounds=2)
+    code = canary.run_canary("smoke", ["perm_fig1"], _params_with(tmp_path / "bad", params, lr), rounds=2)
     err = capsys.readouterr().err
     assert code == 1
     line = next(x for x in err.splitlines() if x.startswith("  perm_fig1: FAILED"))
@@ -92,10 +95,7 @@ def test_canary_fails_naming_stage_method_round_and_setting(tmp_path, params, ca
     assert "lr=10000.0" in line and "seed 0" in line
     assert (ROOT / "build/canary/smoke/canary.csv").read_text().count("FAILED") == 1
 
-
-@pytest.mark.slow
-def test_canary_passes_with_the_profile_lrs(tmp_path, params, capsys):
-    code = canary.run_canary("smoke", ["perm_fig1"], _params_with(tmp_path, params,
+    code = canary.run_canary("smoke", ["perm_fig1"], _params_with(tmp_path / "good", params,
                                                                    params["profiles"]["smoke"]["perm_fig1"]["lr"]),
                              rounds=2)
     out = capsys.readouterr()
@@ -104,6 +104,7 @@ def test_canary_passes_with_the_profile_lrs(tmp_path, params, capsys):
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1] == "ok" and cells[2] == "2/5"
     assert float(cells[5]) > 0  # seconds per round, measured
+    assert "FAILED" not in (ROOT / "build/canary/smoke/canary.csv").read_text()
 
 
 # ------------------------------------------------------------------------------------------- memory estimates

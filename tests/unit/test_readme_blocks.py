@@ -74,3 +74,20 @@ def test_a_block_of_a_dvc_output_is_checked_against_dvc_lock_when_the_file_is_ab
         readme_blocks.filled(text.replace("holds", "does not hold"), tmp_path)
     with pytest.raises(FileNotFoundError, match="other.md, which does not exist"):
         readme_blocks.filled("<!-- BEGIN other.md -->\n<!-- END other.md -->\n", tmp_path)
+
+
+def test_a_block_of_a_profile_pipelines_output_is_checked_against_its_own_lock(tmp_path):
+    """build/paper/claims.md (the paper pipeline's ledger) is recorded in pipelines/paper/dvc.lock."""
+    import hashlib
+
+    import pytest
+    import yaml
+    body = "| claim | inconclusive |\n"
+    (tmp_path / "pipelines/paper").mkdir(parents=True)
+    lock = {"stages": {"claims": {"outs": [{"path": "build/paper/claims.md", "hash": "md5",
+                                            "md5": hashlib.md5(body.encode()).hexdigest()}]}}}
+    (tmp_path / "pipelines/paper/dvc.lock").write_text(yaml.safe_dump(lock))
+    text = f"<!-- BEGIN build/paper/claims.md -->\n{body}<!-- END build/paper/claims.md -->\n"
+    assert readme_blocks.filled(text, tmp_path) == text
+    with pytest.raises(ValueError, match="differs from the file dvc.lock records"):
+        readme_blocks.filled(text.replace("inconclusive", "holds"), tmp_path)
