@@ -74,7 +74,8 @@ def stale_stages(status: dict, produced: set[str] = frozenset(), unrun: set[str]
         what = []
         for entry in entries if isinstance(entries, list) else [entries]:
             if isinstance(entry, str):  # "changed checksum", "always changed"
-                what.append(entry)
+                if entry != "always changed":  # a stage declared so (a profile's ledger) re-runs by design
+                    what.append(entry)
                 continue
             for kind, changes in entry.items():
                 if kind == "changed outs":

@@ -77,15 +77,18 @@ def reproduce(profile: str, stages: list[str] | None = None, params_file: str = 
 
 def repro_pipeline(profile: str, stages: list[str] | None, root, params_file: str = "params.yaml") -> int:
     """``dvc repro`` of ``profile``'s own pipeline: the chosen stages (and what they need that changed), or all
-    of it with its ledger. DVC reads params.yaml: another ``params_file`` cannot be used here."""
+    of it; then its ledger stage, which reads whatever results exist (it depends on none of them, so DVC would
+    not order it last). DVC reads params.yaml: another ``params_file`` cannot be used here."""
     from . import stages as table
 
     if params_file != "params.yaml":
         raise ConfigError(f"params_file: the {profile} profile runs as a DVC pipeline, which reads params.yaml "
                           f"(got {params_file})")
     file = table.pipeline_file(profile)
-    targets = [f"{file}:{name}" for name in stages] if stages else [file]
     dvc = shutil.which("dvc") or str(Path(sys.executable).with_name("dvc"))
-    command = [dvc, "repro", *targets]
-    print("dvc repro " + " ".join(targets), file=sys.stderr, flush=True)
-    return subprocess.call(command, cwd=root)
+    for targets in ([f"{file}:{name}" for name in stages] if stages else [file], [f"{file}:claims"]):
+        print("dvc repro " + " ".join(targets), file=sys.stderr, flush=True)
+        code = subprocess.call([dvc, "repro", *targets], cwd=root)
+        if code != 0:
+            return code
+    return 0

@@ -19,6 +19,7 @@ def test_changed_code_params_or_command_are_stale():
                                         "params.yaml": {"perm_fig1": "modified"}}},
                       {"changed outs": {"results/perm_fig1/metrics.json": "deleted"}}],
         "charles_fig1": ["changed command"],
+        "pipelines/paper/dvc.yaml:claims": ["always changed"],  # declared so: not stale
     }
     stale = check.stale_stages(status)
     assert sorted(stale) == ["charles_fig1", "perm_fig1"]
