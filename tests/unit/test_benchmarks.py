@@ -97,8 +97,10 @@ def test_paper_estimates_multiply_a_timed_round_out_and_say_what_they_skipped(tm
     assert set(curves["detail"]) == {"Local", "Localized FedAvg", "PERM", "Per-FedAvg (FO)"}
     assert abs(curves["seconds"] - sum(d.get("seconds_per_seed", 0) for d in curves["detail"].values())) < 0.5
     assert grid["complete"] is True and set(grid["detail"]) == {"femnist", "cifar100"}
-    for task in grid["detail"].values():  # one setting's round x settings x rounds
-        assert abs(task["seconds"] - task["one_setting_round_s"] * task["settings"] * task["rounds"]) < 0.2
+    for task in grid["detail"].values():  # set-up + rounds x chunks x a chunk's round (all settings in one chunk)
+        assert task["chunk"] == task["settings"] == 4  # smoke: 4 gammas, no settings_chunk
+        assert task["setup_s"] >= 0 and task["chunk_round_s"] >= 0
+        assert abs(task["seconds"] - (task["setup_s"] + task["rounds"] * task["chunk_round_s"])) < 0.2
     md = out.with_suffix(".md").read_text()
     assert "| perm_fig4 | smoke | cpu | more than " in md and "NOT perfedavg_fo" in md and "a note" in md
 
