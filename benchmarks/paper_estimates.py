@@ -124,6 +124,18 @@ def grid_settings(stage: str, cfg) -> int:
     return len(runs) * len(cfg.gammas) * len(cfg.etas)
 
 
+def grid_list(stage: str, cfg) -> list:
+    """The stage's settings in its order (fig6: each distinct (server, alpha) run over gammas x etas, as
+    ``charles_nn.fig6`` builds them: a chunk mixing alphas costs one client update per alpha)."""
+    from pflkit.experiments import charles_nn as C
+    etas = getattr(cfg, "etas", None) or [cfg.eta]
+    if stage != "charles_fig6":
+        return [C.Setting(gamma=g, eta=e) for g in cfg.gammas for e in etas]
+    runs = dict.fromkeys([(s, 0.0) for s in cfg.servers] + [("gd", a) for a in cfg.alphas])
+    return [C.Setting(g, e, server, cfg.momentum if server != "gd" else 0.0, alpha)
+            for server, alpha in runs for g in cfg.gammas for e in etas]
+
+
 def estimate_grid(stage: str, cfg, device, cache: dict) -> dict:
     """Per task: the grid as the stage runs it, in chunks of ``settings_chunk`` settings batched (all of them
     when unset), timed for 1 and for 3 rounds of one chunk: a round of the chunk costs half the difference,
@@ -145,8 +157,7 @@ def estimate_grid(stage: str, cfg, device, cache: dict) -> dict:
             model = FunctionalModel(task.factory, device)
             split = "test" if stage == "charles_fig6" else "train"
             batches = {split: C.eval_batch(data, split, t.eval_samples or cfg.eval_samples, cfg.seed)}
-            etas = getattr(cfg, "etas", None) or [cfg.eta]
-            grid = [C.Setting(gamma=g, eta=e) for g in cfg.gammas for e in etas][:batch]
+            grid = grid_list(stage, cfg)[:batch]  # the stage's own first chunk (fig6: its alphas and servers)
 
             def run(rounds, grid=grid, model=model, data=data, batches=batches, split=split, t=t):
                 return timed(lambda: C.run_grid(
