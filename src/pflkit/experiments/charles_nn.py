@@ -53,8 +53,7 @@ from ..data.federated import FederatedDataset
 from ..engine import FunctionalModel, resolve_device
 from ..engine.params import Params, broadcast, scale_like
 from ..progress import note
-from ..report import environment
-from .result import StageResult
+from ..report import StageResult, environment
 
 TASKS = ("femnist", "cifar100", "shakespeare")
 SERVER_KINDS = MOMENTUM_KINDS  # a grid steps its gd, heavy-ball and Nesterov settings together

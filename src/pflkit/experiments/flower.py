@@ -21,10 +21,9 @@ from ..flower.loopback import run_loopback
 from ..flower.spec import RunSpec
 from ..models import logistic
 from ..progress import Timer, note
-from ..report import environment
+from ..report import StageResult, environment
 from ..runner import HISTORY_COLUMNS, run
 from .perm import METHODS, PermFig1Config
-from .result import StageResult
 
 ENGINES = ("simulation", "deployment")
 IN_PROCESS, LOOPBACK = "in-process", "loopback"

@@ -25,12 +25,11 @@ from ..config import (PositiveInt, Section, Seed, Seeds, StageConfig, federated_
 from ..data.federated import BATCH_ORDERS, FederatedDataset
 from ..data import prepared
 from .images import DatasetSection, dataset_record, image_federation, load_images
-from .result import StageResult
 from ..engine import FunctionalModel, resolve_device
 from ..models import MODELS, logistic
 from ..paths import resolve
 from ..progress import note
-from ..report import environment, table_records
+from ..report import StageResult, environment, table_records
 from ..runner import DivergenceError, final_table, run_methods
 
 

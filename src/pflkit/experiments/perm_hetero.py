@@ -32,11 +32,10 @@ from ..config import (PositiveInt, Seed, Seeds, StageConfig, federated_memory, i
 from ..engine import FunctionalModel, resolve_device
 from ..eval import evaluate
 from ..models.width import EXTRACTIONS, masks_for, mlp_spec, num_parameters
-from ..report import environment
+from ..report import StageResult, environment
 from ..runner import run_methods
 from .images import DatasetSection, dataset_record, image_federation, load_images
 from .perm import PermSection, Section
-from .result import StageResult
 
 METHOD_NAMES = {"perm_hetero": "PERM-hetero", "perm_hetero_paper": "PERM-hetero (paper D)",
                 "heterofl": "HeteroFL + FT", "fedrolex": "FedRolex + FT", "small_fedavg": "Small-model FedAvg + FT"}
