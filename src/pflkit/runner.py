@@ -42,7 +42,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from .data.federated import FederatedDataset
+from .data.federated import FederatedDataset, data_digest
 from .engine.params import is_finite
 from .eval import evaluate, majority_baseline
 from .io import CheckpointError, load_checkpoint, save_checkpoint, state_from_payload, state_to_payload
@@ -91,15 +91,6 @@ def code_identity() -> dict[str, str]:
     """The code a checkpoint was written by: the package source digest and the notebook twin's
     digest (``$PFLKIT_TWIN_SHA256``; empty outside a stage run)."""
     return {"source": source_digest(), "twin": os.environ.get(TWIN_ENV, "")}
-
-
-def data_digest(data: FederatedDataset) -> str:
-    """SHA-256 over the dataset's tensors (features, labels, client offsets): same data, same digest."""
-    h = hashlib.sha256()
-    for t in (data.x_train, data.y_train, data.train_sizes, data.x_test, data.y_test, data.test_sizes):
-        h.update(str((tuple(t.shape), t.dtype)).encode())
-        h.update(t.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
 
 
 def run_fingerprint(algorithm, method: str, seed: int, rounds: int, eval_every: int, tag: str) -> str:

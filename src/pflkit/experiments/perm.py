@@ -302,7 +302,7 @@ def save_models(cfg: StageConfig, result: StageResult, folder=None) -> list:
     """Every run's final state (method x seed) under ``folder`` (default: the stage's models folder), each
     with its config, the digest of its federation and its final metrics (``pflkit.model_store``)."""
     from .. import model_store
-    from ..runner import data_digest
+    from ..data.federated import data_digest
     folder = model_store.models_dir(cfg, folder)
     history = result.history
     written = []

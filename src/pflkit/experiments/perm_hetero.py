@@ -269,7 +269,7 @@ def hetero_experiment(cfg: PermHeteroConfig, show_progress: bool = True) -> Stag
 def save_models(cfg: PermHeteroConfig, result: StageResult, folder=None) -> list:
     """Every run's final state (method x seed; the masks are the method's, rebuilt from the config)."""
     from .. import model_store
-    from ..runner import data_digest
+    from ..data.federated import data_digest
     folder = model_store.models_dir(cfg, folder)
     written = [model_store.save_state(folder, cfg.stage, method, seed, state, config=cfg.model_dump(),
                                       data_digest=data_digest(state.data))
