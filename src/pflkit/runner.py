@@ -44,12 +44,11 @@ import pandas as pd
 
 from .data.federated import FederatedDataset, data_digest
 from .engine.params import is_finite
-from .eval import evaluate, majority_baseline
+from .eval import HISTORY_COLUMNS, evaluate, majority_baseline
 from .io import CheckpointError, load_checkpoint, save_checkpoint, state_from_payload, state_to_payload
 from .progress import Timer, note, tqdm
 from .progress import bar as progress_bar
 
-HISTORY_COLUMNS = ["round", "method", "seed", "metric", "value"]
 CHECKPOINT_FORMAT = 2  # 2: the fingerprint covers the code (package source + notebook twin)
 TWIN_ENV = "PFLKIT_TWIN_SHA256"  # the stage runner puts the notebook twin's SHA-256 here
 DIVERGE_FACTOR = 10.0  # default: final loss > 10 x the round-0 loss is divergence

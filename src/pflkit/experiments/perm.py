@@ -335,7 +335,7 @@ def saved_final(cfg: RunConfig, folder=None) -> pd.DataFrame:
             state = model_store.restore(algorithm, data, saved[(method, seed)])
             summary = evaluate(model, algorithm.personalized(state), data).summary()
             rows += [(state.round, method, seed, k, float(v)) for k, v in summary.items()]
-    from ..runner import HISTORY_COLUMNS
+    from ..eval import HISTORY_COLUMNS
     return final_table(pd.DataFrame(rows, columns=HISTORY_COLUMNS), ("accuracy", "accuracy_weighted", "loss"))
 
 
