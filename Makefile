@@ -89,7 +89,8 @@ test-fast: setup lint
 	$(PY) -m pytest tests/unit -n 2 --dist loadgroup -m "not slow" -q
 
 # ruff check (pyflakes, pycodestyle, bugbear; settings in pyproject.toml [tool.ruff]) and the import contracts
-# (lint-imports: layers, test-only reference twins; pyproject.toml [tool.importlinter])
+# (lint-imports: layers, no import cycles, the package never imports the tests or their reference twins;
+# pyproject.toml [tool.importlinter])
 lint: setup
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports

@@ -47,7 +47,7 @@ from pflkit.algorithms import FedAvg  # noqa: E402
 from pflkit.engine import FunctionalModel, resolve_device  # noqa: E402
 from pflkit.io import write_json, write_text  # noqa: E402
 from pflkit.models import cnn  # noqa: E402
-from pflkit.reference import fedavg as ref_fedavg  # noqa: E402
+from reference import fedavg as ref_fedavg  # noqa: E402  (tests/reference: speed put tests/ on sys.path)
 
 PATHS = ("loop", "grouped", "vmap", "reference")
 NO_DEVICE = "not measured (no device lent)"

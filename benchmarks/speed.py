@@ -9,8 +9,8 @@ What it measures, in one run on one machine (no DVC):
    the MLP 2 x 200 on 28 x 28 inputs and the 2-layer CNN (channels 8, 16, hidden 64: the CNN the
    pipeline runs) -- one FedAvg round and one PERM shuffle round (K = 20 local steps, batch 20) are
    timed with the batched engine (``FedAvg.round`` / ``perm.shuffle_steps``) and with the reference
-   per-client loops (``reference.fedavg.fedavg`` / ``reference.perm.shuffle_round``: plain autograd,
-   one client at a time), on the same draws. A PERM epoch is N shuffle rounds of identical cost, so
+   per-client loops of tests/reference (``reference.fedavg.fedavg`` / ``reference.perm.shuffle_round``:
+   plain autograd, one client at a time), on the same draws. A PERM epoch is N shuffle rounds of identical cost, so
    its time is N x the round's median. Median, min and max over the repeats are reported.
 2. **Ceiling.** The GFLOP/s of a plain ``torch.bmm`` of the workload's largest layer (N models x
    [B, fan_in] @ [fan_in, fan_out]; a convolution counts as its im2col matmul) on this machine, and
@@ -44,8 +44,10 @@ from pflkit.data import FederatedDataset, perm_synthetic
 from pflkit.engine import FunctionalModel, make_generator, resolve_device
 from pflkit.io import write_json, write_text
 from pflkit.models import cnn, logistic, mlp
-from pflkit.reference import fedavg as ref_fedavg
-from pflkit.reference import perm as ref_perm
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the reference twins (tests/reference)
+from reference import fedavg as ref_fedavg  # noqa: E402
+from reference import perm as ref_perm  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 LR = 0.05

@@ -62,10 +62,11 @@ from pflkit.engine import FunctionalModel, broadcast, full_gradients, full_gradi
 from pflkit.eval import evaluate
 from pflkit.io import write_json, write_text
 from pflkit.models import logistic
-from pflkit.reference.perm import project_simplex_sort
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark modules
 from speed import machine_info  # noqa: E402  (one description of the machine for every benchmark)
+
+from reference.perm import project_simplex_sort  # noqa: E402  (tests/reference: speed put tests/ on sys.path)
 
 HERE = Path(__file__).resolve().parent
 TARGETS = {"eval": 1.5, "memory": 1.5, "alpha": 5.0}

@@ -122,10 +122,11 @@ def code_deps(stage, root: Path = ROOT) -> list[str]:
 
 
 def data_code_deps(data_stage, stages, root: Path = ROOT) -> list[str]:
-    """A data stage's code: pflkit.data.prepared and the command, plus the config modules of the stages
-    whose sections it reads (PERM's synthetic data is prepared from its consumers' sections)."""
+    """A data stage's code: pflkit.data_stages (and pflkit.data.prepared, which it runs) and the command, plus
+    the config modules of the stages whose sections it reads (PERM's synthetic data is prepared from its
+    consumers' sections)."""
     by_name = {s.name: s for s in stages}
-    modules = ["pflkit.data.prepared", *RUNNER_MODULES] + [by_name[p.split(".")[0]].config_module
+    modules = ["pflkit.data_stages", *RUNNER_MODULES] + [by_name[p.split(".")[0]].config_module
                                                            for p in data_stage.param_keys if p.split(".")[0] in by_name]
     return collapse(import_closure([], modules, root / "src"), root / "src" / "pflkit", root)
 

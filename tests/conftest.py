@@ -1,8 +1,16 @@
+import os
+
 import numpy as np
 import pytest
 import torch
 
 from pflkit.data import FederatedDataset
+from pflkit.flower import OFFLINE_ENV
+
+# Flower and Ray never phone home from the tests either. The engines set this where they start
+# (pflkit.flower.simulation.simulate, Deployment's processes), but a test module's importorskip("flwr") imports
+# Flower first, and Flower reads its telemetry switch at that import
+os.environ.update(OFFLINE_ENV)
 
 
 def make_mixed_clients(sizes=(7, 23, 3, 41, 12), dim=6, num_classes=3, seed=0, test=5):

@@ -111,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "data":
             from .config import load_params
-            from .data.prepared import PrepareWriteError, describe, prepare
+            from .data.prepared import PrepareWriteError, describe
+            from .data_stages import prepare
             try:
                 for folder in prepare(args.key, load_params(args.params)):
                     print(describe(folder))

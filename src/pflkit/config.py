@@ -31,9 +31,6 @@ DEFAULT_PROFILE = _stages.DEFAULT_PROFILE
 PROFILES_KEY = "profiles"
 #: environment variable naming the params file a notebook reads (the stage runner sets it)
 PARAMS_ENV = "PFLKIT_PARAMS"
-#: set (to 1) by the stage runner for the default profile: the stage must read its data from data/prepared/
-#: (the data stages' DVC outputs), never from the sources (pflkit.data.prepared)
-REQUIRE_PREPARED_ENV = "PFLKIT_REQUIRE_PREPARED"
 
 
 class ConfigError(ValueError):
@@ -795,7 +792,6 @@ def validate_all(params: Mapping[str, Any], dvc_stages: Mapping[str, dict] | Non
         except ConfigError as exc:
             problems.extend(str(exc).splitlines())
     if _stages.DATA_SECTION in params:
-        from .data.prepared import data_section_problems
         problems.extend(data_section_problems(params[_stages.DATA_SECTION]))
     if defaults_ok:
         problems.extend(_profile_problems(params, set(problems)))
@@ -820,6 +816,27 @@ def validate_all(params: Mapping[str, Any], dvc_stages: Mapping[str, dict] | Non
                 problems.append(f"{stage}: dvc.yaml stage {name!r} does not list {key!r} under params, so "
                                 f"changing it would not re-run the stage")
     return list(dict.fromkeys(problems))
+
+
+def data_section_problems(section) -> list[str]:
+    """Problems of params.yaml's ``data`` section (one entry per data stage key), as ``data.<key>...: why``."""
+    from .data.prepared import source_model
+    if not isinstance(section, dict):
+        return [f"data: must be a mapping of data stage keys to settings, got {type(section).__name__}"]
+    keys = sorted(k for k in _stages.DATA_BY_KEY if source_model(k) is not None)
+    problems = []
+    for key, value in section.items():
+        model = source_model(key)
+        if model is None:
+            problems.append(f"data.{short_key(key)}: unknown data stage; allowed: {', '.join(keys)}")
+            continue
+        try:
+            model(**(value or {}))
+        except (ValidationError, TypeError) as exc:
+            errors = exc.errors() if isinstance(exc, ValidationError) else [{"loc": (), "msg": str(exc)}]
+            problems += [f"data.{key}{''.join('.' + short_key(p) for p in e['loc'])}: {e['msg']} "
+                         f"(got {short_repr(e.get('input', value))})" for e in errors]
+    return problems
 
 
 # --------------------------------------------------------------------------- shared checks

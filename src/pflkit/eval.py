@@ -11,6 +11,9 @@ from .engine.functional import FunctionalModel
 from .engine.full_batch import over_buckets, rows_per_call
 from .engine.params import Params, num_models
 
+#: a run's history, whichever engine ran it (``runner.run``, the federated server): one row per evaluated round,
+#: method, seed and metric (a key of :meth:`ClientMetrics.summary`)
+HISTORY_COLUMNS = ["round", "method", "seed", "metric", "value"]
 
 @dataclass
 class ClientMetrics:

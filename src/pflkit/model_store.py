@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
+from .data.federated import data_digest
 from .io import (CheckpointError, load_checkpoint, save_checkpoint, state_from_payload, state_to_payload,
                  write_json)
 
@@ -99,7 +100,6 @@ def restore(algorithm, data, saved: Mapping) -> Any:
     """The saved state put back into ``algorithm`` for ``data`` (the same federation: its digest is checked
     when the file recorded one)."""
     if saved.get("data_digest"):
-        from .runner import data_digest
         if data_digest(data) != saved["data_digest"]:
             raise CheckpointError(f"{saved.get('method')} seed {saved.get('seed')}: the data differs from the "
                                   "federation the model was trained on")

@@ -23,7 +23,7 @@ from typing import Iterator
 
 import yaml
 
-from .config import DEFAULT_PROFILE, PARAMS_ENV, REQUIRE_PREPARED_ENV, ConfigError, load_params, validate_stage
+from .config import DEFAULT_PROFILE, PARAMS_ENV, ConfigError, load_params, validate_stage
 from .paths import link_problem, project_root, why_unwritable as _why_unwritable
 from .stages import PIPELINE_PROFILES, profile_path  # noqa: F401  (profile_path: notebooks' and scripts' name)
 
@@ -331,12 +331,13 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
     - ``PFLKIT_PARAMS`` (:data:`pflkit.config.PARAMS_ENV`): the params file validated here, which the
       notebook's ``from_namespace`` reads (the injected parameters name stage, profile ``default`` and
       the output folders; every other value comes from that file).
-    - ``PFLKIT_REQUIRE_PREPARED`` (:data:`pflkit.config.REQUIRE_PREPARED_ENV`): 1 for the default profile and
+    - ``PFLKIT_REQUIRE_PREPARED`` (:data:`pflkit.data.prepared.REQUIRE_ENV`): 1 for the default profile and
       the profiles with a pipeline of their own (``pflkit.stages.PIPELINE_PROFILES``), whose stages must read
       their data from data/prepared/ (the data stages' outputs DVC tracks).
     """
     import nbformat
 
+    from .data.prepared import REQUIRE_ENV as REQUIRE_PREPARED_ENV
     from .io import atomic_path
     from .progress import ENV as PROGRESS_ENV
 

@@ -1,7 +1,9 @@
-"""Stage outputs: metrics.json, history/curve CSVs, and the rounded table nbval compares."""
+"""Stage outputs: the one result type every figure function returns (:class:`StageResult`), metrics.json,
+history/curve CSVs, and the rounded table nbval compares."""
 from __future__ import annotations
 
 import platform
+from dataclasses import dataclass, field
 from typing import Mapping
 
 import pandas as pd
@@ -12,6 +14,39 @@ from .io import write_csv, write_json
 from .paths import resolve
 
 TABLE_DECIMALS = 3
+
+
+@dataclass
+class StageResult:
+    """A figure function's result.
+
+    * ``table``: the final table the notebook prints (what the regression checks compare);
+    * ``metrics``: what goes to metrics.json (numbers, which dataset ran, claim verdicts);
+    * ``data_label`` / ``scale``: the dataset that ran (a substitute named as such) and the scale, for
+      titles and text;
+    * ``run_info``: what goes to run.json (config, data summary, environment);
+    * ``frames``: the stage's other tables by name (``history``, ``curves``, ``frame``, ...);
+    * ``extra``: anything else a figure needs (final states, grids, labels).
+
+    A name in ``frames`` or ``extra`` reads as an attribute: ``result.history`` is
+    ``result.frames["history"]``."""
+
+    table: pd.DataFrame
+    metrics: dict
+    data_label: str
+    scale: str
+    run_info: dict = field(default_factory=dict)
+    frames: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)
+
+    def __getattr__(self, name: str):
+        if not name.startswith("__"):
+            for bag in ("frames", "extra"):
+                values = self.__dict__.get(bag) or {}
+                if name in values:
+                    return values[name]
+        frames, extra = sorted(self.__dict__.get("frames") or {}), sorted(self.__dict__.get("extra") or {})
+        raise AttributeError(f"{type(self).__name__} has no {name!r} (frames: {frames}, extra: {extra})")
 
 
 def print_table(table: pd.DataFrame, decimals: int = TABLE_DECIMALS) -> None:
@@ -161,7 +196,6 @@ def read_result(results_dir: str):
     folder or file, or an empty or garbled one, is a :class:`ResultsFileError` naming the file, the stage
     that writes it and the command to run."""
     from . import stages
-    from .experiments.result import StageResult
     folder = resolve(results_dir)
     if not (folder / "metrics.json").is_file():
         raise ResultsFileError(folder / "metrics.json", "missing (no results here: the compute stage has not "

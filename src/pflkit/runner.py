@@ -42,14 +42,13 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from .data.federated import FederatedDataset
+from .data.federated import FederatedDataset, data_digest
 from .engine.params import is_finite
-from .eval import evaluate, majority_baseline
+from .eval import HISTORY_COLUMNS, evaluate, majority_baseline
 from .io import CheckpointError, load_checkpoint, save_checkpoint, state_from_payload, state_to_payload
 from .progress import Timer, note, tqdm
 from .progress import bar as progress_bar
 
-HISTORY_COLUMNS = ["round", "method", "seed", "metric", "value"]
 CHECKPOINT_FORMAT = 2  # 2: the fingerprint covers the code (package source + notebook twin)
 TWIN_ENV = "PFLKIT_TWIN_SHA256"  # the stage runner puts the notebook twin's SHA-256 here
 DIVERGE_FACTOR = 10.0  # default: final loss > 10 x the round-0 loss is divergence
@@ -91,15 +90,6 @@ def code_identity() -> dict[str, str]:
     """The code a checkpoint was written by: the package source digest and the notebook twin's
     digest (``$PFLKIT_TWIN_SHA256``; empty outside a stage run)."""
     return {"source": source_digest(), "twin": os.environ.get(TWIN_ENV, "")}
-
-
-def data_digest(data: FederatedDataset) -> str:
-    """SHA-256 over the dataset's tensors (features, labels, client offsets): same data, same digest."""
-    h = hashlib.sha256()
-    for t in (data.x_train, data.y_train, data.train_sizes, data.x_test, data.y_test, data.test_sizes):
-        h.update(str((tuple(t.shape), t.dtype)).encode())
-        h.update(t.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
 
 
 def run_fingerprint(algorithm, method: str, seed: int, rounds: int, eval_every: int, tag: str) -> str:

@@ -15,7 +15,8 @@ from pflkit.experiments import charles_nn as E
 from pflkit.models.femnist import femnist_cnn
 from pflkit.models.lstm import CharLSTM, char_lstm
 from pflkit.models.resnet import resnet18_gn
-from pflkit.reference import local_update as ref
+
+from reference import local_update as ref
 from test_local_update import tiny_data, tiny_model  # the same tiny problem (tests/unit is on sys.path)
 
 

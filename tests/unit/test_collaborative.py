@@ -7,8 +7,9 @@ import torch
 
 from pflkit.algorithms.collaborative import BC, WGA, Alone, BiasOracleBC, autograd_oracle, run, tune_step_size
 from pflkit.data.quadratic import NoisyQuadraticUsers
-from pflkit.reference.collaborative import collaborative_losses
 from pflkit.theory import speedup as theory
+
+from reference.collaborative import collaborative_losses
 
 
 def gen(seed=0):

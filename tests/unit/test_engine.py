@@ -5,7 +5,8 @@ import torch
 from pflkit.engine import FunctionalModel, broadcast, full_gradients, local_sgd, make_generator, mean
 from pflkit.engine.local_sgd import expand_lr, expand_schedule
 from pflkit.models import logistic, mlp
-from pflkit.reference import fedavg as ref
+
+from reference import fedavg as ref
 
 FACTORIES = {
     "logistic": lambda: logistic((6,), 3),

@@ -7,7 +7,8 @@ from torch import nn
 from pflkit.engine import FunctionalModel, broadcast, local_sgd, make_generator
 from pflkit.engine.stacked import compile_sequential
 from pflkit.models import cnn, logistic, mlp
-from pflkit.reference import fedavg as ref
+
+from reference import fedavg as ref
 
 CASES = {
     "logistic": (lambda: logistic((6,), 3), (6,)),

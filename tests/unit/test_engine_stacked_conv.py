@@ -19,7 +19,8 @@ from pflkit.engine import stacked_conv
 from pflkit.engine.local_sgd import expand_lr
 from pflkit.models import cnn
 from pflkit.models.femnist import femnist_cnn
-from pflkit.reference import fedavg as ref
+
+from reference import fedavg as ref
 
 TOL = dict(atol=1e-10, rtol=1e-10)
 LAYOUTS = ("loop", "grouped")

@@ -7,8 +7,9 @@ from pflkit.algorithms import FedAvg, Local
 from pflkit.engine import FunctionalModel, broadcast
 from pflkit.eval import evaluate, majority_baseline
 from pflkit.models import logistic
-from pflkit.reference.fedavg import _module_with
 from pflkit.runner import DivergenceError, final_table, run, run_methods
+
+from reference.fedavg import _module_with
 
 FACTORY = lambda: logistic((6,), 3)  # noqa: E731
 

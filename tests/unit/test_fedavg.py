@@ -9,8 +9,9 @@ from pflkit.algorithms.base import eval_generator
 from pflkit.data import perm_synthetic
 from pflkit.engine import FunctionalModel
 from pflkit.models import logistic, mlp
-from pflkit.reference import fedavg as ref
 from pflkit.runner import final_table, run_methods
+
+from reference import fedavg as ref
 
 
 def _close(a, b, tol=1e-5):

@@ -1,6 +1,7 @@
-"""The import contracts (pyproject.toml [tool.importlinter], run by `make lint`) hold for pflkit, and the same
-kind of contract breaks on a package that imports across its layers the wrong way (so the check can fail)."""
+"""The import contracts (pyproject.toml [tool.importlinter], run by `make lint`) hold for pflkit, and each of them
+breaks when a copy of pflkit gets the import it forbids (so every contract can fail)."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -10,29 +11,67 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 LINT = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+LAYERS = "Layers: data below engine below eval below algorithms"
+CYCLES = "No import cycles"
+TESTS = "The package never imports the tests"
 
 pytestmark = pytest.mark.skipif(LINT is None, reason="import-linter (the dev extra) is not installed")
 
 
-def _lint(cwd: Path, env=None):
-    return subprocess.run([LINT], cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
+def _lint(cwd: Path, env=None, *options: str):
+    return subprocess.run([LINT, *options], cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
 
 
 def test_pflkit_keeps_its_import_contracts():
     out = _lint(ROOT)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "Contracts: 2 kept, 0 broken." in out.stdout
+    assert "Contracts: 3 kept, 0 broken." in out.stdout
 
 
-def test_a_lower_layer_importing_a_higher_one_breaks_the_contract(tmp_path):
-    pkg = tmp_path / "src" / "toy"
-    for name, body in {"__init__": "", "data": "from toy import algorithms\n", "algorithms": "from toy import data\n",
-                       "flower": "from toy import algorithms\n"}.items():
-        pkg.mkdir(parents=True, exist_ok=True)
-        (pkg / f"{name}.py").write_text(body)
-    (tmp_path / ".importlinter").write_text("[importlinter]\nroot_package = toy\n\n[importlinter:contract:1]\n"
-                                            "name = layers\ntype = layers\nlayers =\n    toy.flower\n"
-                                            "    toy.algorithms\n    toy.data\n")
-    out = _lint(tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path / "src")})
-    assert out.returncode == 1
-    assert "toy.data is not allowed to import toy.algorithms" in out.stdout
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory):
+    """A copy of pflkit's source and its contracts (pyproject.toml), for one bad import at a time."""
+    tmp = tmp_path_factory.mktemp("contracts")
+    shutil.copytree(ROOT / "src" / "pflkit", tmp / "src" / "pflkit", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp / "pyproject.toml")
+    return tmp
+
+
+def _verdicts(stdout: str) -> dict[str, str]:
+    """{contract name: KEPT or BROKEN} from lint-imports' summary (which wraps long names over lines)."""
+    summary = "".join(stdout.split("Analyzed ")[1].split("\nContracts: ")[0].splitlines()[2:])
+    return {name.strip(): verdict for name, verdict in re.findall(r"(.+?) (KEPT|BROKEN)(?: \(\d+ ignored imports?\))?",
+                                                                  summary)}
+
+
+def _not_allowed(importer: str, imported: str) -> str:
+    return f"pflkit.{importer} is not allowed to import pflkit.{imported}"
+
+
+# (module given one import more, the import, the contract it breaks, what lint-imports says)
+VIOLATIONS = [
+    ("eval.py", "from pflkit import model_store", LAYERS, _not_allowed("eval", "model_store")),
+    ("model_store.py", "from pflkit import runner", LAYERS, _not_allowed("model_store", "runner")),
+    ("runner.py", "from pflkit import model_store", LAYERS, _not_allowed("runner", "model_store")),
+    ("flower/server.py", "from pflkit.runner import run", LAYERS, _not_allowed("flower", "runner")),
+    ("data/prepared.py", "from pflkit import config", CYCLES, "- .data -> .config (1 import)"),
+    ("report.py", "from pflkit.experiments import perm", CYCLES, "- .report -> .experiments (1 import)"),
+    ("flower/spec.py", "from pflkit.flower import loopback", CYCLES, "No cycles are allowed in pflkit.flower.\n"),
+    ("seeds.py", "import reference", TESTS, "pflkit is not allowed to import reference"),
+]
+
+
+@pytest.mark.parametrize("module, line, contract, says", VIOLATIONS, ids=[f"{v[0]}: {v[1]}" for v in VIOLATIONS])
+def test_each_contract_catches_the_import_it_forbids(copy, module, line, contract, says):
+    path = copy / "src" / "pflkit" / module
+    before = path.read_text()
+    path.write_text(before + f"\n{line}  # noqa\n")
+    try:
+        out = _lint(copy, {**os.environ, "PYTHONPATH": str(copy / "src")}, "--no-cache")  # each run sees the edit
+    finally:
+        path.write_text(before)
+    assert out.returncode == 1, out.stdout + out.stderr
+    verdicts = _verdicts(out.stdout)
+    assert len(verdicts) == 3 and [k for k, v in verdicts.items() if v == "BROKEN"] == [
+        next(k for k in verdicts if k.startswith(contract))], verdicts
+    assert says in out.stdout, out.stdout

@@ -11,7 +11,8 @@ from pflkit.algorithms.local_update import (MAML, LocalUpdate, QuadraticLocalUpd
 from pflkit.data.federated import FederatedDataset
 from pflkit.data.quadratic import QuadraticModel, quadratic_clients
 from pflkit.engine import FunctionalModel
-from pflkit.reference import local_update as ref
+
+from reference import local_update as ref
 
 
 def tiny_data(num_clients=3, n=6, seed=0):

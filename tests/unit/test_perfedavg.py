@@ -11,8 +11,9 @@ from pflkit.engine import FunctionalModel
 from pflkit.engine.params import broadcast
 from pflkit.eval import evaluate
 from pflkit.models import logistic, mlp
-from pflkit.reference import fedavg as ref_fedavg
-from pflkit.reference import perfedavg as ref
+
+from reference import fedavg as ref_fedavg
+from reference import perfedavg as ref
 
 FACTORIES = {"logistic": lambda: logistic((6,), 3), "mlp": lambda: mlp((6,), 3, hidden=(8,))}
 

@@ -8,8 +8,9 @@ from pflkit.algorithms.perm import (PERM, discrepancies, mixing_weights, objecti
 from pflkit.data import perm_synthetic
 from pflkit.engine import FunctionalModel, broadcast, make_generator
 from pflkit.models import logistic, mlp
-from pflkit.reference import perm as ref
 from pflkit.runner import final_table, run_methods
+
+from reference import perm as ref
 
 
 def _instance(seed, n_clients=7):

@@ -12,7 +12,8 @@ from pflkit.data import perm_synthetic
 from pflkit.engine import FunctionalModel, broadcast, make_generator
 from pflkit.models import count_parameters
 from pflkit.models.width import cnn_spec, masks_for, mlp_spec, num_parameters, unit_indices, unit_masks
-from pflkit.reference import perm_hetero as ref
+
+from reference import perm_hetero as ref
 
 FRACTIONS = [1.0, 0.5, 0.25, 1.0, 0.5]  # the `mixed` fixture has 5 clients
 

@@ -9,8 +9,9 @@ from pflkit.engine import FunctionalModel
 from pflkit.engine.params import broadcast
 from pflkit.eval import evaluate
 from pflkit.models import logistic, mlp
-from pflkit.reference import pfedme as ref
-from pflkit.reference.perfedavg import gradient
+
+from reference import pfedme as ref
+from reference.perfedavg import gradient
 
 FACTORIES = {"logistic": lambda: logistic((6,), 3), "mlp": lambda: mlp((6,), 3, hidden=(8,))}
 HP = dict(lr=0.05, personal_lr=0.05, lam=3.0, local_steps=3, inner_steps=4, batch_size=4)

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pflkit.config import data_section_problems
 from pflkit.data import prepared
 from pflkit.data.synthetic import perm_synthetic
 from pflkit.data.text import load_shakespeare
@@ -108,7 +109,7 @@ def test_inside_a_pipeline_stage_missing_or_mismatching_prepared_data_is_an_erro
     ({"perm_synthetic": {}}, "data.perm_synthetic: unknown data stage"),
 ])
 def test_bad_data_settings_name_the_key_and_what_is_allowed(section, expected):
-    problems = prepared.data_section_problems(section)
+    problems = data_section_problems(section)
     assert any(p.startswith(expected) for p in problems), problems
 
 
@@ -137,7 +138,7 @@ def test_every_stage_declares_the_prepared_data_its_params_ask_for():
     from pflkit import stages
     from pflkit.config import load_params, profile_names, validate_stage
     params = load_params(ROOT / "params.yaml")
-    assert prepared.data_section_problems(params["data"]) == []
+    assert data_section_problems(params["data"]) == []
     assert sorted(params["data"]) == sorted(d.key for d in stages.DATA_STAGES if d.key != "perm_synthetic")
     produced = {o for d in stages.DATA_STAGES for o in d.out_paths}
     checked = 0

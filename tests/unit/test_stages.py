@@ -42,11 +42,11 @@ def _fresh(code: str) -> str:
 
 
 def test_registry_has_no_import_side_effects_and_one_lookup_imports_one_module():
-    """One stage's lookup imports its paper's module and the shared result type, no other paper's."""
+    """One stage's lookup imports its paper's module, no other paper's."""
     loaded = "sorted(m for m in sys.modules if m.startswith('pflkit.experiments.'))"
     assert _fresh(f"import sys, pflkit.config, pflkit.experiments; print({loaded})") == "[]"
     assert _fresh(f"import sys; from pflkit.config import stage_config; stage_config('chayti_fig2'); "
-                  f"print({loaded})") == "['pflkit.experiments.chayti', 'pflkit.experiments.result']"
+                  f"print({loaded})") == "['pflkit.experiments.chayti']"
 
 
 def _write(path: Path, text: str):

@@ -6,6 +6,7 @@ every model in a federation is therefore a single gather: ``x_train[indices]``.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field, replace
 from typing import Sequence
@@ -327,6 +328,15 @@ class FederatedDataset:
             "train_per_client_min": int(self.train_sizes.min()),
             "train_per_client_max": int(self.train_sizes.max()),
         }
+
+
+def data_digest(data: FederatedDataset) -> str:
+    """SHA-256 over the dataset's tensors (features, labels, client offsets): same data, same digest."""
+    h = hashlib.sha256()
+    for t in (data.x_train, data.y_train, data.train_sizes, data.x_test, data.y_test, data.test_sizes):
+        h.update(str((tuple(t.shape), t.dtype)).encode())
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
 
 
 def _concat(pairs, split):

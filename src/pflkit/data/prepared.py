@@ -35,13 +35,14 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..config import REQUIRE_PREPARED_ENV
 from .vision import (DatasetUnavailableError, ImageData, SOURCES, Writers, canonical_name, file_digest,
                      load_dataset)
 
 PREPARED = "data/prepared"
 MANIFEST = "manifest.json"
-REQUIRE_ENV = REQUIRE_PREPARED_ENV
+#: set (to 1) by the stage runner for the default profile (``pflkit.notebooks.run_stage``): the stage must read
+#: its data from data/prepared/ (the data stages' DVC outputs), never from the sources
+REQUIRE_ENV = "PFLKIT_REQUIRE_PREPARED"
 FORMAT = 1
 
 
@@ -84,38 +85,17 @@ class TextSource(_Strict):
     root: str = "data/raw"
 
 
-def _source_model(key: str):
+def source_model(key: str):
+    """The settings model of data stage ``key``'s ``data.<key>`` section (None for a stage without one)."""
     from ..stages import DATA_BY_KEY
     if key not in DATA_BY_KEY or key == "perm_synthetic":
         return None
     return TextSource if key == "shakespeare" else ImageSource
 
 
-def data_section_problems(section) -> list[str]:
-    """Problems of params.yaml's ``data`` section (one entry per data stage key), as ``data.<key>...: why``."""
-    from ..config import short_key, short_repr
-    from ..stages import DATA_BY_KEY
-    if not isinstance(section, dict):
-        return [f"data: must be a mapping of data stage keys to settings, got {type(section).__name__}"]
-    keys = sorted(k for k in DATA_BY_KEY if _source_model(k) is not None)
-    problems = []
-    for key, value in section.items():
-        model = _source_model(key)
-        if model is None:
-            problems.append(f"data.{short_key(key)}: unknown data stage; allowed: {', '.join(keys)}")
-            continue
-        try:
-            model(**(value or {}))
-        except (ValidationError, TypeError) as exc:
-            errors = exc.errors() if isinstance(exc, ValidationError) else [{"loc": (), "msg": str(exc)}]
-            problems += [f"data.{key}{''.join('.' + short_key(p) for p in e['loc'])}: {e['msg']} "
-                         f"(got {short_repr(e.get('input', value))})" for e in errors]
-    return problems
-
-
 def source_settings(params: dict, key: str):
     """The validated ``data.<key>`` settings (defaults where params.yaml leaves them out)."""
-    model = _source_model(key)
+    model = source_model(key)
     if model is None:
         raise ValueError(f"data stage {key!r} reads no data.<key> settings")
     return model(**((params.get("data") or {}).get(key) or {}))
@@ -548,39 +528,6 @@ def perm_synthetic(num_clients: int, samples_per_client: int, dim: int, test_fra
 def synthetic_folder(stage: str) -> str:
     """The prepared folder of stage ``stage``'s synthetic data."""
     return f"{PREPARED}/perm-synthetic/{stage}"
-
-
-# --------------------------------------------------------------------------- the data stages
-def prepare(key: str, params: dict, root: Path | None = None) -> list[Path]:
-    """Run data stage ``key`` (``pflkit.stages.DATA_STAGES``) with params.yaml's values; returns the folders
-    written."""
-    from ..config import validate_stage
-    from ..paths import project_root
-    from ..stages import DATA_BY_KEY
-    if key not in DATA_BY_KEY:
-        raise ValueError(f"data stage {key!r} does not exist; allowed: {', '.join(DATA_BY_KEY)}")
-    problems = data_section_problems(params.get("data") or {})
-    if problems:
-        raise ValueError("\n".join(problems))
-    root = Path(root or project_root()).resolve()
-    spec = DATA_BY_KEY[key]
-    # where it writes, checked before any work: a symbolic link or a read-only folder is named, nothing is done
-    outs = ([root / out for stage, out in zip(spec.params, spec.out_paths) if stage in params]
-            if key == "perm_synthetic" else [root / out for out in spec.out_paths])
-    problems = [f"{out.relative_to(root)}: {why}" for out in outs if (why := output_problem(out, root))]
-    if problems:
-        raise PrepareWriteError(f"cannot write {'; '.join(problems)} (nothing was prepared)")
-    if key == "perm_synthetic":
-        written = []
-        for stage, out in zip(spec.params, spec.out_paths):
-            if stage not in params:  # a project without that stage (a scratch copy): nothing to prepare for it
-                continue
-            cfg = validate_stage(params, stage)
-            written.append(prepare_synthetic(cfg.synthetic_requests(), root / out))
-        return written
-    if key == "shakespeare":
-        return [prepare_shakespeare(source_settings(params, key), root / spec.out_paths[0], root)]
-    return [prepare_images(spec.dataset, source_settings(params, key), root / spec.out_paths[0], root)]
 
 
 def describe(folder: Path) -> str:

@@ -19,9 +19,8 @@ import torch
 from pydantic import Field, model_validator
 
 from ..config import CONDITION_MAX, NonNegatives, Positives, Seed, StageConfig, raise_problems
-from ..report import environment, table_records
+from ..report import StageResult, environment, table_records
 from ..theory import surrogate as S
-from .result import StageResult
 
 ServerName = Literal["gd", "nesterov", "heavy_ball"]
 SERVER_LABELS = {"gd": "no momentum", "nesterov": "Nesterov", "heavy_ball": "heavy-ball"}

@@ -53,8 +53,7 @@ from ..data.federated import FederatedDataset
 from ..engine import FunctionalModel, resolve_device
 from ..engine.params import Params, broadcast, scale_like
 from ..progress import note
-from ..report import environment
-from .result import StageResult
+from ..report import StageResult, environment
 
 TASKS = ("femnist", "cifar100", "shakespeare")
 SERVER_KINDS = MOMENTUM_KINDS  # a grid steps its gd, heavy-ball and Nesterov settings together
@@ -585,7 +584,7 @@ def _task_setup(cfg: NNConfig, t: TaskSection):
 def _run_tasks(cfg: NNConfig, settings: list[Setting]) -> TaskRuns:
     """run_grid on every task, watching the loss of ``cfg.eval_split`` for divergence."""
     from ..models import count_parameters
-    from ..runner import data_digest
+    from ..data.federated import data_digest
     hist, dead, records, labels, models, scales = [], [], {}, {}, {}, []
     for name, t in cfg.tasks.items():
         task, data, model, evaluate = _task_setup(cfg, t)
@@ -793,7 +792,7 @@ def saved_final(cfg: NNConfig, folder=None) -> pd.DataFrame:
     (tests/integration/test_saved_models_charles.py)."""
     from .. import model_store
     from ..io import CheckpointError
-    from ..runner import data_digest
+    from ..data.federated import data_digest
     folder = model_store.models_dir(cfg, folder)
     rows = []
     for task, t in cfg.tasks.items():

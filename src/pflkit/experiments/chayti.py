@@ -23,9 +23,8 @@ from ..config import PositiveInt, Scale, Positives, Section, Seed, StageConfig, 
 from ..data.quadratic_users import NoisyQuadraticUsers
 from ..device import resolve_device
 from ..progress import note
-from ..report import environment
+from ..report import StageResult, environment
 from ..theory import speedup as theory
-from .result import StageResult
 
 DATA_LABEL = "noisy quadratic users (1-D)"
 

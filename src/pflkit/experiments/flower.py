@@ -16,15 +16,15 @@ from pydantic import Field, field_validator
 
 from ..config import unique
 from ..engine import FunctionalModel
+from ..eval import HISTORY_COLUMNS
 from ..flower import ENGINE_NAMES, INSTALL_HINT, flower_installed
 from ..flower.loopback import run_loopback
 from ..flower.spec import RunSpec
 from ..models import logistic
 from ..progress import Timer, note
-from ..report import environment
-from ..runner import HISTORY_COLUMNS, run
+from ..report import StageResult, environment
+from ..runner import run
 from .perm import METHODS, PermFig1Config
-from .result import StageResult
 
 ENGINES = ("simulation", "deployment")
 IN_PROCESS, LOOPBACK = "in-process", "loopback"

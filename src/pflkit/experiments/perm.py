@@ -25,12 +25,11 @@ from ..config import (PositiveInt, Section, Seed, Seeds, StageConfig, federated_
 from ..data.federated import BATCH_ORDERS, FederatedDataset
 from ..data import prepared
 from .images import DatasetSection, dataset_record, image_federation, load_images
-from .result import StageResult
 from ..engine import FunctionalModel, resolve_device
 from ..models import MODELS, logistic
 from ..paths import resolve
 from ..progress import note
-from ..report import environment, table_records
+from ..report import StageResult, environment, table_records
 from ..runner import DivergenceError, final_table, run_methods
 
 
@@ -322,7 +321,7 @@ def save_models(cfg: StageConfig, result: StageResult, folder=None) -> list:
     """Every run's final state (method x seed) under ``folder`` (default: the stage's models folder), each
     with its config, the digest of its federation and its final metrics (``pflkit.model_store``)."""
     from .. import model_store
-    from ..runner import data_digest
+    from ..data.federated import data_digest
     folder = model_store.models_dir(cfg, folder)
     history = result.history
     written = []
@@ -355,7 +354,7 @@ def saved_final(cfg: RunConfig, folder=None) -> pd.DataFrame:
             state = model_store.restore(algorithm, data, saved[(method, seed)])
             summary = evaluate(model, algorithm.personalized(state), data).summary()
             rows += [(state.round, method, seed, k, float(v)) for k, v in summary.items()]
-    from ..runner import HISTORY_COLUMNS
+    from ..eval import HISTORY_COLUMNS
     return final_table(pd.DataFrame(rows, columns=HISTORY_COLUMNS), ("accuracy", "accuracy_weighted", "loss"))
 
 

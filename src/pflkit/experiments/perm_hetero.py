@@ -32,11 +32,10 @@ from ..config import (PositiveInt, Seed, Seeds, StageConfig, federated_memory, i
 from ..engine import FunctionalModel, resolve_device
 from ..eval import evaluate
 from ..models.width import EXTRACTIONS, masks_for, mlp_spec, num_parameters
-from ..report import environment
+from ..report import StageResult, environment
 from ..runner import run_methods
 from .images import DatasetSection, dataset_record, image_federation, load_images
 from .perm import PermSection, Section
-from .result import StageResult
 
 METHOD_NAMES = {"perm_hetero": "PERM-hetero", "perm_hetero_paper": "PERM-hetero (paper D)",
                 "heterofl": "HeteroFL + FT", "fedrolex": "FedRolex + FT", "small_fedavg": "Small-model FedAvg + FT"}
@@ -270,7 +269,7 @@ def hetero_experiment(cfg: PermHeteroConfig, show_progress: bool = True) -> Stag
 def save_models(cfg: PermHeteroConfig, result: StageResult, folder=None) -> list:
     """Every run's final state (method x seed; the masks are the method's, rebuilt from the config)."""
     from .. import model_store
-    from ..runner import data_digest
+    from ..data.federated import data_digest
     folder = model_store.models_dir(cfg, folder)
     written = [model_store.save_state(folder, cfg.stage, method, seed, state, config=cfg.model_dump(),
                                       data_digest=data_digest(state.data))

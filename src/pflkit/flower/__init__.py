@@ -26,14 +26,15 @@ in-process algorithm classes stay the single source of every method's math:
   SuperLink and N SuperNodes as local processes). ``apps`` holds the Flower ClientApp, ServerApp and
   the Strategy whose ``configure_train`` addresses each node with its own message.
 
-Only ``apps``, ``simulation`` and ``deployment`` import flwr. Runs stay offline: importing this package
-sets Flower's and Ray's telemetry, update checks and runtime dependency installation off
-(``OFFLINE_ENV``), for this process and the processes it starts.
+Only ``apps``, ``simulation`` and ``deployment`` import flwr. Runs stay offline: Flower's and Ray's
+telemetry, update checks and runtime dependency installation are off (``OFFLINE_ENV``) where an engine
+starts: ``simulation.simulate`` sets them in its process (Flower reads them when flwr is first imported,
+Ray at ``ray.init``, and Ray's workers inherit them), and ``deployment.Deployment`` passes them to every
+process it starts. Importing this package changes nothing.
 """
 from __future__ import annotations
 
 import importlib.util
-import os
 
 #: the engines a run is compared on, by key, and their names in tables and figures (in the order rows are
 #: written: Flower's last, so a run without Flower writes the first rows of a run with it)
@@ -47,7 +48,6 @@ OFFLINE_ENV = {
     "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
     "RAY_USAGE_STATS_ENABLED": "0",
 }
-os.environ.update(OFFLINE_ENV)
 
 INSTALL_HINT = "pip install -e '.[flower]' (Flower 1.42 with its Ray simulation engine)"
 

@@ -25,8 +25,7 @@ from ..algorithms.round import aggregate
 from ..data.federated import FederatedDataset
 from ..engine.local_sgd import expand_schedule
 from ..engine.params import Params, flatten
-from ..eval import ClientMetrics
-from ..runner import HISTORY_COLUMNS
+from ..eval import HISTORY_COLUMNS, ClientMetrics
 from .client import EVALUATE, GRAD, GRADIENTS, MODEL, TRAIN, Job, Reply, draw_arrays, prefixed, unprefixed
 from .spec import RunSpec
 

@@ -9,7 +9,7 @@ import os
 import sys
 import time
 
-from . import require_flower
+from . import OFFLINE_ENV, require_flower
 from .spec import RunSpec, specs_to_json
 
 #: how often ``start_ray`` tries: Ray gives its node a fixed 30 s to register (``ray/_private/node.py``),
@@ -59,6 +59,9 @@ def simulate(specs: list[RunSpec], *, num_cpus: int = 2, object_store_mb: int = 
         raise ValueError(f"object_store_mb must be an integer >= 80 (Ray's minimum), got {object_store_mb!r}")
     import logging
 
+    # offline before Flower and Ray start: Flower reads its switches when flwr is first imported (below), Ray
+    # at ray.init, and Ray's workers inherit this process's environment
+    os.environ.update(OFFLINE_ENV)
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # CPU only: Ray leaves device variables alone
     from flwr.simulation import run_simulation
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..data.federated import FederatedDataset
-from ..models.width import WidthSpec
+from pflkit.data.federated import FederatedDataset
+from pflkit.models.width import WidthSpec
 from .fedavg import _module_with, sgd_steps
 from .perm import water_filling_bisection
 

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..data.federated import FederatedDataset
+from pflkit.data.federated import FederatedDataset
 
 
 def _module_with(factory: Callable[[], nn.Module], params: dict[str, torch.Tensor]) -> nn.Module:

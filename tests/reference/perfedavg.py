@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..data.federated import FederatedDataset
+from pflkit.data.federated import FederatedDataset
 from .fedavg import _module_with
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from ..data.federated import FederatedDataset
+from pflkit.data.federated import FederatedDataset
 from .fedavg import sgd_steps
 
 

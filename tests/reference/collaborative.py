@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..data.quadratic_users import NoisyQuadraticUsers
+from pflkit.data.quadratic_users import NoisyQuadraticUsers
 
 METHODS = ("Alone", "WGA", "BC", "Bias oracle")
 

@@ -1,0 +1,58 @@
+"""Flower and Ray stay offline (no telemetry, update checks or run-time installs: ``pflkit.flower.OFFLINE_ENV``)
+where an engine starts, and importing pflkit.flower writes nothing to the environment (issue 27)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pflkit.flower import OFFLINE_ENV
+from pflkit.flower.spec import RunSpec
+
+MODULES = ["pflkit.flower", "pflkit.flower.client", "pflkit.flower.credentials", "pflkit.flower.deployment",
+           "pflkit.flower.loopback", "pflkit.flower.reaper", "pflkit.flower.server", "pflkit.flower.simulation",
+           "pflkit.flower.spec", "pflkit.experiments.flower", "pflkit.figures.flower"]
+
+
+def test_importing_pflkit_flower_leaves_the_environment_alone():
+    env = {k: v for k, v in os.environ.items() if k not in OFFLINE_ENV}
+    code = ("import importlib, json, os, sys; before = dict(os.environ); "
+            "[importlib.import_module(m) for m in sys.argv[1:]]; "
+            "print(json.dumps({k: v for k, v in os.environ.items() if before.get(k) != v}))")
+    out = subprocess.run([sys.executable, "-c", code, *MODULES], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {}
+
+
+def test_the_simulation_engine_goes_offline_before_flower_and_ray_start(monkeypatch):
+    pytest.importorskip("ray")
+    pytest.importorskip("flwr")
+    from pflkit.flower import simulation
+
+    for key in OFFLINE_ENV:
+        monkeypatch.delenv(key, raising=False)
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def start_ray(init_args):
+        seen.update({k: os.environ.get(k) for k in OFFLINE_ENV})
+        raise Stop
+
+    monkeypatch.setattr(simulation, "start_ray", start_ray)
+    spec = RunSpec("FedAvg", {}, {"name": "logistic"}, {"name": "perm_synthetic", "kwargs": {
+        "num_clients": 2, "samples_per_client": 10, "dim": 3, "test_fraction": 0.2, "seed": 0}}, 0, 1)
+    with pytest.raises(Stop):
+        simulation.simulate([spec], num_cpus=1)
+    assert seen == OFFLINE_ENV
+
+
+def test_the_deployment_engine_passes_the_offline_switches_to_its_processes(tmp_path):
+    pytest.importorskip("flwr")
+    from pflkit.flower.deployment import Deployment
+
+    env = Deployment(1, workdir=tmp_path, insecure=True).env
+    assert {k: env[k] for k in OFFLINE_ENV} == OFFLINE_ENV
