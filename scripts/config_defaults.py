@@ -13,8 +13,8 @@ is one row:
 * ``code-only``: params.yaml does not set it, so the code default is the value the stage runs with.
 
 The runner's keys (``config.RUNNER_KEYS``) are set by the stage runner, never by params.yaml: left out.
-``tests/unit/test_config_defaults.py`` holds the target: no competing default, no code-only one, except the
-documented ``EXCEPTIONS`` there.
+The target (``tests/unit/test_config_defaults.py`` enforces it): no competing default and no code-only one,
+except the documented ``EXCEPTIONS`` below.
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @dataclass(frozen=True)
 class Row:
     stage: str
+    owner: str          # the class that declares the field (its default is written there)
     path: str           # dotted key inside the stage's values: perm.lam, tasks.femnist.width, panels.0.b
     default: object     # the code default
     set: bool           # params.yaml sets the key
@@ -64,6 +65,11 @@ def _models(annotation):
     return None
 
 
+def owner(cls, name: str) -> str:
+    """The class of ``cls``'s MRO that declares field ``name``."""
+    return next(c.__name__ for c in cls.__mro__ if name in getattr(c, "__annotations__", {}))
+
+
 def field_rows(cls, values, stage: str, prefix: str = "") -> list[Row]:
     """One row per field of ``cls`` (and of its nested models) with a code default, against ``values``
     (a mapping: what params.yaml gives for ``cls``)."""
@@ -82,7 +88,7 @@ def field_rows(cls, values, stage: str, prefix: str = "") -> list[Row]:
             if default is not PydanticUndefined:
                 if hasattr(default, "model_dump"):
                     default = default.model_dump()
-                rows.append(Row(stage, path, default, given, values.get(name)))
+                rows.append(Row(stage, owner(cls, name), path, default, given, values.get(name)))
         nested = _models(field.annotation)
         if nested is None:
             continue
@@ -105,12 +111,13 @@ def audited_stages(params) -> list[str]:
     return _validated_stages(params)
 
 
-def audit(params) -> list[Row]:
-    """Every field with a code default, of every stage params.yaml has a section for."""
+def audit(params, profile: str = "default") -> list[Row]:
+    """Every field with a code default, of every stage params.yaml has a section for, against the stage's values
+    under ``profile``."""
     from pflkit.config import RUNNER_KEYS, stage_config, stage_values
     rows = []
     for stage in audited_stages(params):
-        values = {k: v for k, v in stage_values(params, stage).items() if k not in RUNNER_KEYS}
+        values = {k: v for k, v in stage_values(params, stage, profile).items() if k not in RUNNER_KEYS}
         rows += field_rows(stage_config(stage), values, stage)
     return rows
 
@@ -126,6 +133,49 @@ def summary(rows: list[Row]) -> str:
     top = [r for r in rows if "." not in r.path]
     nested = [r for r in rows if "." in r.path]
     return f"stage keys: {count(top)}\nnested keys: {count(nested)}"
+
+
+#: the code defaults the target allows, (declaring class, field) -> why. Every one is of a nested section: a
+#: profile's overlay replaces a whole nested mapping (``perm: {..}``, ``tasks: {..}``) and these overlays leave the
+#: key out, so the class's default is the value that profile runs; or a task key the other kind of task does not
+#: use. Completing those overlays in ``profiles:`` (each key with the value the default gives) lets the entry go.
+_PROFILE_PERM = "profiles.smoke's perm overlays (perm_fig2, perm_fig4, perm_hetero, flower_equivalence) leave it out"
+EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("PermSection", "alpha_steps"): _PROFILE_PERM + " (PERM's default)",
+    ("PermSection", "alpha_samples"): _PROFILE_PERM + " (PERM's default)",
+    ("PermSection", "global_steps"): _PROFILE_PERM + " (PERM's default)",
+    ("PermSection", "warmup_rounds"): "profiles.smoke.flower_equivalence.perm leaves it out (PERM's default)",
+    ("PermSection", "alpha_init"): "profiles.smoke.flower_equivalence.perm leaves it out (PERM's default)",
+    ("PerFedAvgSection", "alpha"): "profiles.smoke.perm_fig3.perfedavg is {}",
+    ("PerFedAvgSection", "delta"): "profiles.smoke's perfedavg overlays leave it out (PerFedAvg's)",
+    ("PFedMeSection", "personal_lr"): "profiles.smoke.perm_fig3.pfedme and perm_fig4.pfedme are {}",
+    ("PFedMeSection", "lam"): "profiles.smoke.perm_fig3.pfedme and perm_fig4.pfedme are {}",
+    ("PFedMeSection", "inner_steps"): "profiles.smoke.perm_fig3.pfedme and perm_fig4.pfedme are {} (PFedMe's)",
+    ("PFedMeSection", "beta"): "profiles.smoke.perm_fig3.pfedme and perm_fig4.pfedme are {} (PFedMe's)",
+    ("TaskSection", "allow_download"): "profiles.smoke's image tasks leave it out; the text task does not use it",
+    ("TaskSection", "root"): "profiles.smoke's and profiles.paper's tasks leave it out",
+    ("TaskSection", "test_fraction"): "profiles.smoke's and profiles.paper's tasks leave it out",
+    ("TaskSection", "eval_samples"): "profiles.smoke's and paper's image tasks leave it out (None: the stage's)",
+    ("TaskSection", "pool_size"): "profiles.smoke's cifar100 tasks leave it out (None: all); the text task: unused",
+    ("TaskSection", "num_clients"): "profiles.paper's shakespeare tasks leave it out (None: every role)",
+    ("TaskSection", "substitute"): "not used by the text task (shakespeare)",
+    ("TaskSection", "partition"): "not used by the text task (shakespeare)",
+    ("TaskSection", "width"): "not used by the text task (shakespeare)",
+    ("TaskSection", "source"): "not used by an image task",
+    ("TaskSection", "hidden"): "not used by an image task",
+}
+
+
+def violations(rows: list[Row], exceptions=EXCEPTIONS) -> list[str]:
+    """Every field with a code default that ``exceptions`` does not allow, one line each."""
+    return [f"{r.stage}.{r.path}: {r.kind} default {r.default!r} in {r.owner}"
+            + (f" (params.yaml: {r.value!r})" if r.set else " (params.yaml does not set it)")
+            for r in rows if (r.owner, r.path.rsplit(".", 1)[-1]) not in exceptions]
+
+
+def unset_required(cls, values) -> list[str]:
+    """The required fields of ``cls`` (the stage's own keys) that ``values`` does not set."""
+    return [name for name, field in cls.model_fields.items() if field.is_required() and name not in values]
 
 
 def main(argv=None) -> int:
