@@ -162,9 +162,10 @@ class StageConfig(BaseModel):
     stage: str
     results_dir: str
     figures_dir: str
-    device: str = "auto"
+    #: params.yaml's ``defaults`` section sets both for every stage (a section may set its own)
+    device: str
     #: torch intra-op CPU threads for the stage: an integer >= 1, or "auto" (see ``resolve_threads``)
-    threads: int | str = "auto"
+    threads: int | str
 
     @field_validator("threads", mode="before")
     @classmethod

@@ -26,10 +26,10 @@ CONTEXTS = ("paper", "notebook", "talk", "poster")
 class FigureConfig(StageConfig):
     """A plot stage's settings (params.yaml ``figures``): it reads its source stage's results folder
     (``results_dir``) and writes figures into ``figures_dir``."""
-    context: Literal[CONTEXTS] = "notebook"
-    font_scale: float = Field(1.0, gt=0, le=4)
-    dpi: int = Field(150, ge=50, le=600)
-    band: Literal[BANDS] = "sd"
+    context: Literal[CONTEXTS]
+    font_scale: float = Field(gt=0, le=4)
+    dpi: int = Field(ge=50, le=600)
+    band: Literal[BANDS]
 
 
 #: the settings :func:`use_style` and :func:`plot_curves` apply (set by :func:`configure`)

@@ -17,6 +17,7 @@ from pflkit.models.lstm import CharLSTM, char_lstm
 from pflkit.models.resnet import resnet18_gn
 
 from reference import local_update as ref
+from stage_params import build
 from test_local_update import tiny_data, tiny_model  # the same tiny problem (tests/unit is on sys.path)
 
 
@@ -194,11 +195,11 @@ def test_configs_reject_bad_values_naming_the_key():
     # a small task: the section's defaults (M = 10, B = 20, a 2 x 256 LSTM) would need ~40 GiB (memory_estimate)
     base = dict(stage="charles_fig12", results_dir="r", figures_dir="f", device="cpu", local_steps=2, eta=0.01,
                 tasks={"s": {"dataset": "shakespeare", "rounds": 1, "clients_per_round": 2, "batch_size": 4}})
-    E.CharlesFig12Config.build({**base, "gammas": [0, 0.1]})
+    build("charles_fig12", **base, gammas=[0, 0.1])
     with pytest.raises(ConfigError, match="gammas"):
-        E.CharlesFig12Config.build({**base, "gammas": [-1]})
+        build("charles_fig12", **base, gammas=[-1])
     with pytest.raises(ConfigError, match="dataset"):
-        E.CharlesFig12Config.build({**base, "gammas": [0], "tasks": {"s": {"dataset": "mnist", "rounds": 1}}})
+        build("charles_fig12", **{**base, "gammas": [0], "tasks": {"s": {"dataset": "mnist", "rounds": 1}}})
     with pytest.raises(ValueError, match="momentum"):
         E.Setting(0.1, 0.1, "gd", 0.9)
 

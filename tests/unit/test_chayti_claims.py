@@ -5,13 +5,14 @@ import pytest
 
 from pflkit.experiments import chayti as C
 from pflkit.theory import speedup as th
+from stage_params import build
 
 BASE = dict(stage="test", results_dir="build/test/chayti", figures_dir="build/test/figures", device="cpu")
 GRID = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1]
 
 
 def test_fig1_measured_speedup_matches_s_of_n_and_tau():
-    cfg = C.ChaytiFig1Config(**BASE, grid_points=8, check_n=[1, 10, 100], check_tau=[0.01, 1.0, 10.0],
+    cfg = build("chayti_fig1", **BASE, grid_points=8, check_n=[1, 10, 100], check_tau=[0.01, 1.0, 10.0],
                              check_runs=300, check_steps=300)
     result = C.fig1_speedup(cfg)
     table = result.table
@@ -25,7 +26,7 @@ def test_fig1_measured_speedup_matches_s_of_n_and_tau():
 
 def test_fig2_bc_beats_tuned_alone_and_wga_at_the_default_setting():
     """params.yaml chayti_fig2, first panel (x0 = 5, eta_BC = 0.003, b = 0.001), 300 runs."""
-    cfg = C.ChaytiFig2Config(**BASE, runs=300, eta_grid=GRID,
+    cfg = build("chayti_fig2", **BASE, runs=300, eta_grid=GRID,
                              panels=[dict(label="default", x0=5.0, eta_bc=0.003, b=0.001)])
     result = C.fig2_convergence(cfg)
     claim = result.metrics["claims"]["default"]
@@ -48,7 +49,7 @@ def test_fig2_restored_spec_numbers_do_not_reproduce_the_claim_exactly():
 
 
 def test_fig3_bc_final_loss_does_not_depend_on_zeta():
-    cfg = C.ChaytiFig3Config(**BASE, steps=2500, runs=300, zetas=[0.1, 1.0, 10.0, 100.0], eta=0.01, a=0.9, b=0.01)
+    cfg = build("chayti_fig3", **BASE, steps=2500, runs=300, zetas=[0.1, 1.0, 10.0, 100.0], eta=0.01, a=0.9, b=0.01)
     result = C.fig3_bc_heterogeneity(cfg)
     claims = result.metrics["claims"]
     assert claims["max_pairwise_tail_difference_in_se"] < 4
@@ -61,7 +62,7 @@ def test_fig3_bc_final_loss_does_not_depend_on_zeta():
 
 
 def test_fig4_wga_final_loss_grows_like_zeta_squared():
-    cfg = C.ChaytiFig4Config(**BASE, steps=1500, runs=200, zetas=[0.1, 1.0, 10.0, 100.0], eta=0.01, a=0.5)
+    cfg = build("chayti_fig4", **BASE, steps=1500, runs=200, zetas=[0.1, 1.0, 10.0, 100.0], eta=0.01, a=0.5)
     result = C.fig4_wga_heterogeneity(cfg)
     claims = result.metrics["claims"]
     assert claims["loglog_slope_tail_vs_zeta_bias_dominated"] == pytest.approx(2.0, abs=0.01)
@@ -73,7 +74,7 @@ def test_fig4_wga_final_loss_grows_like_zeta_squared():
 
 
 def test_fig5_bc_improves_with_n_then_saturates():
-    cfg = C.ChaytiFig5Config(**BASE, steps=2000, runs=300, n_values=[1, 10, 100], eta=0.01, a=0.9, b=0.01)
+    cfg = build("chayti_fig5", **BASE, steps=2000, runs=300, n_values=[1, 10, 100], eta=0.01, a=0.9, b=0.01)
     result = C.fig5_bc_collaborators(cfg)
     gains = result.metrics["claims"]["tail_ratio_between_consecutive_N"]
     assert gains["1->10"] > 1.4 and gains["10->100"] < 1.2

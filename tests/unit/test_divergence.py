@@ -21,6 +21,7 @@ from pflkit.eval import ClientMetrics
 from pflkit.experiments import perm as P
 from pflkit.models import logistic
 from pflkit.runner import ABORT_MULTIPLE, DIVERGE_FACTOR, DivergenceError, run, run_methods
+from stage_params import build
 
 MODEL = FunctionalModel(lambda: logistic((5,), 2))
 
@@ -38,8 +39,10 @@ def _tiny_fig1(**overrides):
         stage="perm_fig1", results_dir="build/t", figures_dir="build/t", device="cpu", num_clients=6,
         samples_per_client=30, dim=5, test_fraction=0.2, rounds=6, local_steps=2, batch_size=5,
         lr={k: 0.1 for k in P.METHODS}, finetune_steps=2, finetune_lr=0.1, methods=list(P.METHODS), seeds=[0, 1],
-        eval_every=2, perm={"lam": 3.0, "update_every": 2})
-    return P.PermFig1Config.build({**settings, **overrides})
+        eval_every=2, perm={"lam": 3.0, "alpha_solver": "gd", "global_lr": 0.1, "update_every": 2},
+        perfedavg={"alpha": 0.02},
+        pfedme={"personal_lr": 0.01, "lam": 15.0})
+    return build("perm_fig1", **{**settings, **overrides})
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from pflkit.data import perm_synthetic
 from pflkit.engine import FunctionalModel, broadcast, make_generator
 from pflkit.models import logistic, mlp
 from pflkit.runner import final_table, run_methods
+from stage_params import build
 
 from reference import perm as ref
 
@@ -187,12 +188,12 @@ def test_perm_beats_the_baselines_on_synthetic():
 
 def test_fig6_alpha_sparse_on_one_class_split_and_diffuse_on_iid():
     """Fig. 6 claim on the real MNIST digits (smoke scale): same lambda, two partitions."""
-    from pflkit.experiments.perm import PermFig6Config, fig6
-    cfg = PermFig6Config.build(dict(
-        stage="perm_fig6", results_dir="build/t", figures_dir="build/t", device="cpu",
-        dataset={"name": "mnist", "allow_download": False}, num_clients=20,
+    from pflkit.experiments.perm import fig6
+    cfg = build(
+        "perm_fig6", results_dir="build/t", figures_dir="build/t", device="cpu",
+        dataset={"name": "mnist", "substitute": None, "allow_download": False, "root": "data/raw"}, num_clients=20,
         schemes={"iid": {"scheme": "iid"}, "one": {"scheme": "classes", "classes_per_client": 1}},
-        test_fraction=0.2, hidden=[50], fedavg_rounds=3, local_steps=5, batch_size=20, lr=0.05, lam=2000.0))
+        test_fraction=0.2, hidden=[50], fedavg_rounds=3, local_steps=5, batch_size=20, lr=0.05, lam=2000.0, seed=0)
     result = fig6(cfg)
     panels, record = result.panels, result.metrics
     assert record["dataset"] == "mnist" and record["is_substitute"] is False
@@ -204,7 +205,7 @@ def test_fig6_alpha_sparse_on_one_class_split_and_diffuse_on_iid():
 
 def test_lr_sweep_records_divergence_and_goes_on(monkeypatch):
     from pflkit.experiments import perm as experiment
-    from pflkit.experiments.perm import PermFig1Config, lr_sweep
+    from pflkit.experiments.perm import lr_sweep
     dirs = []  # a sweep must not checkpoint into (and later delete) the stage's own build/checkpoints/<stage>
 
     def spy(*args, **kwargs):
@@ -212,10 +213,10 @@ def test_lr_sweep_records_divergence_and_goes_on(monkeypatch):
         return run_methods(*args, **kwargs)
     run_methods = experiment.run_methods
     monkeypatch.setattr(experiment, "run_methods", spy)
-    cfg = PermFig1Config.build(dict(
-        stage="perm_fig1", results_dir="build/t", figures_dir="build/t", device="cpu", num_clients=4,
+    cfg = build(
+        "perm_fig1", results_dir="build/t", figures_dir="build/t", device="cpu", num_clients=4,
         samples_per_client=20, dim=5, test_fraction=0.2, rounds=3, local_steps=5, batch_size=5,
-        lr={"fedavg": 0.1}, finetune_steps=1, finetune_lr=0.1, methods=["fedavg"], seeds=[0], eval_every=1))
+        lr={"fedavg": 0.1}, finetune_steps=1, finetune_lr=0.1, methods=["fedavg"], seeds=[0], eval_every=1)
     table = lr_sweep(cfg, [0.1, float("inf")], seeds=[0])
     assert table["diverged"].tolist()[0] == "" and "diverged at round" in table["diverged"].tolist()[1]
     assert table["best"].tolist() == [True, False]
@@ -246,12 +247,12 @@ def test_own_group_mass_on_a_hand_built_alpha():
 
 def test_fig1_reports_perm_alpha_per_seed():
     """fig1's metrics carry, per seed, PERM's own-group alpha mass and each group's label-1 share."""
-    from pflkit.experiments.perm import PermFig1Config, fig1
-    cfg = PermFig1Config.build(dict(
-        stage="perm_fig1_test", results_dir="build/t", figures_dir="build/t", device="cpu", num_clients=6,
+    from pflkit.experiments.perm import fig1
+    cfg = build(
+        "perm_fig1", stage="perm_fig1_test", results_dir="build/t", figures_dir="build/t", device="cpu", num_clients=6,
         samples_per_client=40, dim=5, test_fraction=0.2, rounds=4, local_steps=5, batch_size=5,
         lr={"perm": 0.5}, finetune_steps=1, finetune_lr=0.1, methods=["perm"], seeds=[0, 1], eval_every=2,
-        perm={"lam": 300.0, "alpha_solver": "exact", "update_every": 2}))
+        perm={"lam": 300.0, "alpha_solver": "exact", "global_lr": 0.1, "update_every": 2})
     result = fig1(cfg, show_progress=False, checkpoint=False)
     got = result.metrics["perm_alpha"]
     assert sorted(got) == ["0", "1"]
@@ -343,12 +344,13 @@ def test_visit_option_is_checked_and_alg1_stays_the_default():
 def test_perm_alpha_is_its_own_method_and_claim():
     import pandas as pd
     from pflkit.config import load_params, validate_stage
-    from pflkit.experiments.perm import METHODS, PermSection, perm_claim
+    from pflkit.experiments.perm import METHODS, perm_claim
     from pflkit.paths import resolve
     assert METHODS["perm_alpha"][0] == "PERM (alpha visits)"
     model = FunctionalModel(lambda: logistic((5,), 2))
     cfg = validate_stage(load_params(resolve("params.yaml")), "perm_fig1")
-    cfg = cfg.model_copy(update={"lr": {**cfg.lr, "perm_alpha": 0.2}, "perm_alpha": PermSection(lam=7.0)})
+    section = cfg.perm_alpha.model_copy(update={"lam": 7.0})
+    cfg = cfg.model_copy(update={"lr": {**cfg.lr, "perm_alpha": 0.2}, "perm_alpha": section})
     a, b = METHODS["perm"][1](model, cfg), METHODS["perm_alpha"][1](model, cfg)
     assert (a.visit, a.lr, a.lam) == ("shuffle", cfg.lr["perm"], cfg.perm.lam)
     assert (b.visit, b.lr, b.lam) == ("alpha", 0.2, 7.0)

@@ -30,6 +30,7 @@ from pflkit.io import (CheckpointError, decode_value, encode_value, load_checkpo
 from pflkit.models import logistic
 from pflkit import runner
 from pflkit.runner import DivergenceError, checkpoint_path, run, run_methods
+from stage_params import build
 
 ROOT = Path(__file__).resolve().parents[2]
 PARAMS = load_params(ROOT / "params.yaml")
@@ -224,7 +225,9 @@ SETTINGS = dict(stage="perm_fig1", results_dir="x", figures_dir="y", device="cpu
                 samples_per_client=30, dim=5, test_fraction=0.2, rounds=7, local_steps=2, batch_size=5,
                 lr={k: 0.1 for k in P.METHODS}, finetune_steps=2, finetune_lr=0.1, methods=list(P.METHODS),
                 seeds=[0], eval_every=2,
-                perm={"lam": 3.0, "update_every": 2, "warmup_rounds": 2, "alpha_init": "estimate"})
+                perm={"lam": 3.0, "alpha_solver": "gd", "global_lr": 0.1, "update_every": 2, "warmup_rounds": 2,
+                      "alpha_init": "estimate"},
+                perfedavg={"alpha": 0.02}, pfedme={"personal_lr": 0.01, "lam": 15.0})
 
 
 class _Interrupted(Exception):
@@ -247,7 +250,7 @@ def _stop_after(algo, rounds_done):
 @pytest.mark.parametrize("every, stop", [(1, 5), (2, 5), (3, 6)])
 @pytest.mark.parametrize("key", sorted(P.METHODS))
 def test_resumed_run_equals_uninterrupted(tmp_path, key, every, stop):
-    cfg = P.PermFig1Config.build(SETTINGS)
+    cfg = build("perm_fig1", **SETTINGS)
     model = FunctionalModel(lambda: logistic((5,), 2))
     data = perm_synthetic(6, 30, 5, 0.2, seed=0)
     name, make = P.METHODS[key]
@@ -264,7 +267,7 @@ def test_resumed_run_equals_uninterrupted(tmp_path, key, every, stop):
 
 def test_run_methods_resumes_skips_finished_runs_and_cleans_up(tmp_path, monkeypatch):
     model = FunctionalModel(lambda: logistic((5,), 2))
-    cfg = P.PermFig1Config.build(SETTINGS)
+    cfg = build("perm_fig1", **SETTINGS)
 
     def factory(key, stop=None):
         def make():

@@ -95,10 +95,10 @@ def label_server(frame: pd.DataFrame) -> pd.DataFrame:
 # ------------------------------------------------------------------------------------ configs
 class FrontierConfig(StageConfig):
     """Shared by every frontier stage: mu and the K grid (integers log-spaced in [k_min, k_max])."""
-    mu: float = Field(1.0, gt=0)
-    k_min: float = Field(1.0, ge=1)
-    k_max: float = Field(1e6, ge=1)
-    num_k: int = Field(400, ge=2)
+    mu: float = Field(gt=0)
+    k_min: float = Field(ge=1)
+    k_max: float = Field(ge=1)
+    num_k: int = Field(ge=2)
 
     @model_validator(mode="after")
     def _k_range(self):
@@ -129,10 +129,10 @@ class FrontierConfig(StageConfig):
 
 class CharlesFig1Config(FrontierConfig):
     """Fig. 1: Theta_{1:K}, alpha = 0, GD; left gamma fixed and K varies, right K fixed and gamma varies."""
-    L_values: Positives = [5.0, 50.0]
-    gamma_fixed: float = Field(0.01, gt=0)
-    K_fixed: int = Field(100, ge=1)
-    num_gamma: int = Field(400, ge=2)
+    L_values: Positives
+    gamma_fixed: float = Field(gt=0)
+    K_fixed: int = Field(ge=1)
+    num_gamma: int = Field(ge=2)
 
     @model_validator(mode="after")
     def _gamma(self):
@@ -145,31 +145,31 @@ class CharlesFig1Config(FrontierConfig):
 
 class CharlesFig2Config(FrontierConfig):
     """Fig. 2: Theta_{1:K}, alpha = 0, gamma = gamma_factor / L, three ServerOpts, several L."""
-    L_values: Positives = [2.0, 5.0, 10.0, 100.0]
-    gamma_factor: float = Field(0.5, gt=0, lt=1)
-    server_opts: list[ServerName] = Field(["gd", "nesterov", "heavy_ball"], min_length=1)
+    L_values: Positives
+    gamma_factor: float = Field(gt=0, lt=1)
+    server_opts: list[ServerName] = Field(min_length=1)
 
 
 class CharlesFig3Config(FrontierConfig):
     """Fig. 3: Theta_{1:K}, L fixed, gamma = gamma_factor / (L + alpha), several alpha, GD."""
-    L: float = Field(10.0, gt=0)
-    alphas: NonNegatives = [0.0, 0.5, 1.0, 5.0]
-    gamma_factor: float = Field(0.5, gt=0, lt=1)
+    L: float = Field(gt=0)
+    alphas: NonNegatives
+    gamma_factor: float = Field(gt=0, lt=1)
 
 
 class CharlesFig4Config(FrontierConfig):
     """Fig. 4: Theta_{1:K} with gamma_sum vs Theta_K with gamma = gamma_last_factor / (L K), three ServerOpts."""
-    L: float = Field(10.0, gt=0)
-    gamma_sum: float = Field(0.001, gt=0)
-    gamma_last_factor: float = Field(0.5, gt=0, lt=1)
-    server_opts: list[ServerName] = Field(["gd", "nesterov", "heavy_ball"], min_length=1)
+    L: float = Field(gt=0)
+    gamma_sum: float = Field(gt=0)
+    gamma_last_factor: float = Field(gt=0, lt=1)
+    server_opts: list[ServerName] = Field(min_length=1)
 
 
 class CharlesFig9Config(FrontierConfig):
     """Fig. 9: proximal MAML-style frontiers, Theta_K, tiny gamma, several alpha (eq. 13), GD."""
-    L: float = Field(10.0, gt=0)
-    gamma: float = Field(1e-7, gt=0)
-    alphas: NonNegatives = [0.0, 0.5, 1.0, 5.0]
+    L: float = Field(gt=0)
+    gamma: float = Field(gt=0)
+    alphas: NonNegatives
 
     @model_validator(mode="after")
     def _gamma(self):
@@ -182,12 +182,12 @@ class CharlesFig9Config(FrontierConfig):
 
 class SimulatedConfig(FrontierConfig):
     """Figs. 5, 7, 8, 10: simulated Theta_K frontiers (fresh random A per K) vs the Theta_{1:K} frontier."""
-    L_values: Positives = [10.0]
-    dims: list[Annotated[int, Field(ge=2)]] = Field([5, 100], min_length=1)
-    gamma: float = Field(0.001, gt=0)
-    alphas: NonNegatives = [0.0]
-    server_opts: list[ServerName] = Field(["gd"], min_length=1)
-    seed: Seed = 0
+    L_values: Positives
+    dims: list[Annotated[int, Field(ge=2)]] = Field(min_length=1)
+    gamma: float = Field(gt=0)
+    alphas: NonNegatives
+    server_opts: list[ServerName] = Field(min_length=1)
+    seed: Seed
 
     @model_validator(mode="after")
     def _gamma(self):
@@ -219,18 +219,18 @@ class CharlesFig10Config(SimulatedConfig):
 
 class CharlesTheoryConfig(StageConfig):
     """Numerical checks of Theorems 1-2, Lemmas 3-5, Table 2 and the central claim."""
-    num_clients: int = Field(6, ge=1)
-    dim: int = Field(4, ge=2)
-    mu: float = Field(1.0, gt=0)
-    L: float = Field(10.0, gt=0)
-    C: float = Field(2.0, gt=0)
-    examples_per_client: int = Field(8, ge=1)
-    example_noise: float = Field(0.5, ge=0)
-    batch_size: int = Field(2, ge=1)
-    monte_carlo_runs: int = Field(2000, ge=10)
-    rounds: int = Field(300, ge=10)
-    table2_L: float = Field(100.0, gt=0)  # L of the shared-basis clients for the Table 2 contraction check
-    seed: Seed = 0
+    num_clients: int = Field(ge=1)
+    dim: int = Field(ge=2)
+    mu: float = Field(gt=0)
+    L: float = Field(gt=0)
+    C: float = Field(gt=0)
+    examples_per_client: int = Field(ge=1)
+    example_noise: float = Field(ge=0)
+    batch_size: int = Field(ge=1)
+    monte_carlo_runs: int = Field(ge=10)
+    rounds: int = Field(ge=10)
+    table2_L: float = Field(gt=0)  # L of the shared-basis clients for the Table 2 contraction check
+    seed: Seed
 
     def memory_estimate(self) -> tuple[int, str]:
         """Each client's d x d matrices (its A and one per example, float64, a few copies) and the Monte Carlo

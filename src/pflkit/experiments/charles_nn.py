@@ -269,8 +269,8 @@ class TaskSection(Section):
     test_fraction: float = Field(0.2, gt=0, lt=1)
     width: float = Field(1.0, gt=0)  # CNN / ResNet width multiplier (paper: 1)
     hidden: int = Field(256, ge=1)  # LSTM units (paper: 256)
-    clients_per_round: int = Field(10, ge=1)  # M (paper: 10)
-    batch_size: int = Field(20, ge=1)  # B (paper: 20, Shakespeare 4)
+    clients_per_round: int = Field(ge=1)  # M (paper: 10)
+    batch_size: int = Field(ge=1)  # B (paper: 20, Shakespeare 4)
     rounds: int = Field(ge=1)
     eval_samples: int | None = Field(None, ge=1)  # overrides the stage's eval_samples for this task
 
@@ -456,12 +456,12 @@ def task_memory(t: TaskSection, settings: int, alpha_group: int, chunk: int | No
 class NNConfig(StageConfig):
     tasks: dict[str, TaskSection] = Field(min_length=1)  # panel name -> task
     local_steps: int = Field(ge=1)  # K of Theta_{1:K}
-    eval_every: int = Field(1, ge=1)
-    eval_samples: int = Field(256, ge=1)
-    tune_window: int = Field(3, ge=1)  # evaluations averaged when tuning (paper: last 100 rounds)
-    diverge_factor: float = Field(2.0, gt=1)
-    seed: Seed = 0
-    settings_chunk: PositiveInt | None = None  # run_grid: at most this many settings per call (memory); None: all
+    eval_every: int = Field(ge=1)
+    eval_samples: int = Field(ge=1)
+    tune_window: int = Field(ge=1)  # evaluations averaged when tuning (paper: last 100 rounds)
+    diverge_factor: float = Field(gt=1)
+    seed: Seed
+    settings_chunk: PositiveInt | None  # run_grid: at most this many settings per call (memory); None: all
     #: the split the server models are evaluated on (its loss and accuracy; the loss is watched for divergence)
     eval_split: ClassVar[str] = "train"
     #: the grid's lists: the longest is named when the server state drives the memory estimate
@@ -520,7 +520,7 @@ class CharlesFig13Config(NNConfig):
 class CharlesFig6Config(NNConfig):
     gammas: Positives  # tuning grid (paper: 10^-3 .. 10 in half decades, for gamma and eta)
     etas: Positives
-    momentum: float = Field(0.9, ge=0, lt=1)
+    momentum: float = Field(ge=0, lt=1)
     servers: list[Literal["gd", "nesterov", "heavy_ball"]] = Field(min_length=1)  # left panel, alpha = 0
     alphas: NonNegatives  # right panel, no momentum
     eval_split: ClassVar[str] = "test"

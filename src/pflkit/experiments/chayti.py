@@ -32,15 +32,15 @@ DATA_LABEL = "noisy quadratic users (1-D)"
 # -- configs -------------------------------------------------------------------------------------------
 class QuadraticConfig(StageConfig):
     """Problem and run fields shared by the simulation figures."""
-    n_collaborators: int = Field(10, ge=1)
-    sigma: Scale = Field(1.0, gt=0)
-    zeta: Scale = Field(1.0, ge=0)
-    x0: Scale = 1.0
-    steps: int = Field(5000, ge=1)
-    runs: int = Field(100, ge=2)
-    record_every: int = Field(10, ge=1)
-    tail_fraction: float = Field(0.1, gt=0, le=1)
-    seed: Seed = 0
+    n_collaborators: int = Field(ge=1)
+    sigma: Scale = Field(gt=0)
+    zeta: Scale = Field(ge=0)
+    x0: Scale
+    steps: int = Field(ge=1)
+    runs: int = Field(ge=2)
+    record_every: int = Field(ge=1)
+    tail_fraction: float = Field(gt=0, le=1)
+    seed: Seed
 
     def collaborator_counts(self) -> list[int]:
         return [self.n_collaborators, *getattr(self, "n_values", [])]
@@ -59,18 +59,18 @@ class QuadraticConfig(StageConfig):
 
 class ChaytiFig1Config(StageConfig):
     """Fig. 1: speedup heat map over N and tau, plus a simulated check along a few slices."""
-    n_max: int = Field(1000, ge=2)
-    tau_min: float = Field(1e-4, gt=0)
-    tau_max: float = Field(1e2, gt=0)
-    grid_points: int = Field(121, ge=4)
-    check_n: list[PositiveInt] = Field(default_factory=lambda: [1, 10, 100], min_length=1)
-    check_tau: Positives = [0.01, 0.1, 1.0, 10.0]
-    check_eta: Rate = Field(0.1, gt=0, lt=1)
-    check_runs: int = Field(400, ge=2)
-    check_burn_in: int = Field(150, ge=0)
-    check_steps: int = Field(400, ge=1)
-    sigma: Scale = Field(1.0, gt=0)
-    seed: Seed = 0
+    n_max: int = Field(ge=2)
+    tau_min: float = Field(gt=0)
+    tau_max: float = Field(gt=0)
+    grid_points: int = Field(ge=4)
+    check_n: list[PositiveInt] = Field(min_length=1)
+    check_tau: Positives
+    check_eta: Rate = Field(gt=0, lt=1)
+    check_runs: int = Field(ge=2)
+    check_burn_in: int = Field(ge=0)
+    check_steps: int = Field(ge=1)
+    sigma: Scale = Field(gt=0)
+    seed: Seed
 
     def memory_estimate(self) -> tuple[int, str]:
         """The heat map (grid_points^2, a few float64 copies), the checks' draws (runs x largest N) and their loss
@@ -119,21 +119,21 @@ class Fig2Panel(Section):
 
 class ChaytiFig2Config(QuadraticConfig):
     """Fig. 2: Alone vs WGA vs BC; eta tuned on ``eta_grid`` for Alone and WGA (separate seed), BC fixed."""
-    a_wga: float = Field(0.5, ge=0, le=1)
-    a_bc: float = Field(0.9, ge=0, le=1)
+    a_wga: float = Field(ge=0, le=1)
+    a_bc: float = Field(ge=0, le=1)
     eta_grid: list[Annotated[Rate, Field(gt=0, lt=1)]] = Field(min_length=1)
-    tuning_runs: int = Field(100, ge=2)
+    tuning_runs: int = Field(ge=2)
     panels: list[Fig2Panel] = Field(min_length=1)
 
 
 class SweepConfig(QuadraticConfig):
-    eta: Rate = Field(0.01, gt=0, lt=1)
-    a: float = Field(0.9, ge=0, le=1)
+    eta: Rate = Field(gt=0, lt=1)
+    a: float = Field(ge=0, le=1)
 
 
 class ChaytiFig3Config(SweepConfig):
     """Fig. 3: BC for several zeta (fixed eta, a, b)."""
-    b: Rate = Field(0.01, ge=0, le=1)
+    b: Rate = Field(ge=0, le=1)
     zetas: list[Scale] = Field(min_length=1)
 
 
@@ -144,7 +144,7 @@ class ChaytiFig4Config(SweepConfig):
 
 class ChaytiFig5Config(SweepConfig):
     """Fig. 5: BC for several N (fixed eta, a, b)."""
-    b: Rate = Field(0.01, ge=0, le=1)
+    b: Rate = Field(ge=0, le=1)
     n_values: list[PositiveInt] = Field(min_length=1)
 
 

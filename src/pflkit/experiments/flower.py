@@ -37,10 +37,10 @@ class FlowerEquivalenceConfig(PermFig1Config):
     """PERM Fig. 1's settings (``PermFig1Config``) plus the engines: ``engines`` (Flower's, run when Flower
     is installed), ``ray_cpus`` / ``object_store_mb`` (the simulation's Ray), ``timeout`` (seconds a
     pass waits for its replies before the run stops with an error)."""
-    engines: list[Literal[ENGINES]] = list(ENGINES)
-    ray_cpus: int = Field(2, ge=1)
-    object_store_mb: int = Field(256, ge=80)
-    timeout: float = Field(120.0, gt=0)
+    engines: list[Literal[ENGINES]]
+    ray_cpus: int = Field(ge=1)
+    object_store_mb: int = Field(ge=80)
+    timeout: float = Field(gt=0)
 
     @field_validator("methods")
     @classmethod

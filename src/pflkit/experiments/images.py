@@ -10,9 +10,9 @@ from ..data.federated import FederatedDataset
 class DatasetSection(Section):
     """Which image dataset a stage asks for, and the named offline substitute when it cannot be had."""
     name: DatasetName  # a name pflkit.data.vision knows (aliases allowed)
-    substitute: DatasetName | None = None
-    allow_download: bool = True
-    root: ProjectPath = "data/raw"
+    substitute: DatasetName | None
+    allow_download: bool
+    root: ProjectPath
 
 
 def load_images(ds: DatasetSection):

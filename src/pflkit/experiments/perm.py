@@ -45,16 +45,18 @@ ModelName = one_of(MODELS)
 
 
 class PermSection(Section):
-    """PERM's own settings (see pflkit.algorithms.perm.PERM; the defaults are the class's)."""
-    lam: float = Field(300.0, ge=0)  # the class has no default: Fig. 1's value
-    alpha_solver: AlphaSolver = default_of(PERM, "alpha_solver")
+    """PERM's own settings (see pflkit.algorithms.perm.PERM). lam, alpha_solver, global_lr and update_every: every
+    section gives them. The others default to the class's (``default_of``): the profiles' overlays replace a whole
+    ``perm`` mapping and some leave them out (scripts/config_defaults.py, ``EXCEPTIONS``)."""
+    lam: float = Field(ge=0)
+    alpha_solver: AlphaSolver
     alpha_steps: int = Field(default_of(PERM, "alpha_steps"), ge=1)
     alpha_samples: int | None = Field(default_of(PERM, "alpha_samples"), ge=1)
-    global_lr: float = Field(default_of(PERM, "global_lr"), gt=0)
+    global_lr: float = Field(gt=0)
     global_steps: int = Field(default_of(PERM, "global_steps"), ge=0)
     warmup_rounds: int = Field(default_of(PERM, "warmup_rounds"), ge=0)
     alpha_init: AlphaInit = default_of(PERM, "alpha_init")
-    update_every: int | str | None = default_of(PERM, "update_every")
+    update_every: int | str | None
 
     @field_validator("update_every", mode="before")
     @classmethod
@@ -134,6 +136,21 @@ METHODS: dict[str, tuple[str, Callable]] = {
 MethodNames = names_from(METHODS)
 
 
+def check_lrs(lr: dict) -> dict:
+    """``lr`` unchanged, or a ValueError: it maps method names (``METHODS``) to step sizes > 0."""
+    bad = {k: x for k, x in lr.items() if k not in METHODS or not x > 0}
+    if bad:
+        raise ValueError(f"lr maps method names {sorted(METHODS)} to values > 0; bad entries: {bad}")
+    return lr
+
+
+def missing_lrs(lr: dict, methods: list[str]) -> list[tuple[str, str]]:
+    """The problem when a method of ``methods`` has no step size in ``lr`` (none: every method has one)."""
+    missing = [m for m in methods if m not in lr]
+    return [("lr", f"no value for methods {missing} (every method in methods needs its lr; "
+                   f"given: {sorted(lr)})")] if missing else []
+
+
 class RunConfig(StageConfig):
     """Fields shared by the PERM curve figures."""
     rounds: int = Field(ge=1)
@@ -147,29 +164,23 @@ class RunConfig(StageConfig):
     eval_every: int = Field(ge=1)
     #: FedAvg, localized FedAvg, Per-FedAvg and pFedMe: clients sampled per round (null: all) and how the
     #: server weights them; PERM (every client hosts one model per shuffle step) and Local train all
-    clients_per_round: int | None = Field(None, ge=1)
-    weighting: Literal[WEIGHTINGS] = "uniform"
+    clients_per_round: int | None = Field(ge=1)
+    weighting: Literal[WEIGHTINGS]
     #: minibatch draws of every method: with replacement, or shuffled passes over each client's rows
-    batch_order: Literal[BATCH_ORDERS] = "replacement"
-    perm: PermSection = PermSection()
-    perm_alpha: PermSection = PermSection()  # method perm_alpha: PERM(visit='alpha') with its own lambda etc.
-    perfedavg: PerFedAvgSection = PerFedAvgSection()
-    pfedme: PFedMeSection = PFedMeSection()
+    batch_order: Literal[BATCH_ORDERS]
+    perm: PermSection
+    perm_alpha: PermSection  # method perm_alpha: PERM(visit='alpha') with its own lambda etc.
+    perfedavg: PerFedAvgSection
+    pfedme: PFedMeSection
 
     @field_validator("lr")
     @classmethod
     def _lr(cls, v):
-        bad = {k: x for k, x in v.items() if k not in METHODS or not x > 0}
-        if bad:
-            raise ValueError(f"lr maps method names {sorted(METHODS)} to values > 0; bad entries: {bad}")
-        return v
+        return check_lrs(v)
 
     @model_validator(mode="after")
     def _lr_for_each_method(self):
-        missing = [m for m in self.methods if m not in self.lr]
-        if missing:
-            raise_problems([("lr", f"no value for methods {missing} (every method in methods needs its lr; "
-                                   f"given: {sorted(self.lr)})")])
+        raise_problems(missing_lrs(self.lr, self.methods))
         clients = getattr(self, "num_clients", None)
         if self.clients_per_round is not None and clients is not None and self.clients_per_round > clients:
             raise_problems([("clients_per_round", f"{self.clients_per_round} > num_clients = {clients} "
@@ -410,7 +421,7 @@ class PermFig6Config(StageConfig):
     batch_size: int = Field(ge=1)
     lr: float = Field(gt=0)
     lam: float = Field(gt=0)
-    seed: Seed = 0
+    seed: Seed
 
     def memory_estimate(self) -> tuple[int, str]:
         return federated_memory(self.num_clients, self.local_steps, self.batch_size, image_features(self.dataset.name),
@@ -617,8 +628,8 @@ def saved_convergence(cfg: PermAlphaConvergenceConfig, folder=None) -> pd.DataFr
 # --------------------------------------------------------------------------- Figs. 2 and 4: image curves
 class ModelSection(Section):
     name: ModelName  # logistic | mlp | cnn
-    hidden: list[PositiveInt] | None = None  # mlp hidden widths; cnn: [dense width]
-    channels: list[PositiveInt] | None = None  # cnn conv channels
+    hidden: list[PositiveInt] | None  # mlp hidden widths; cnn: [dense width]
+    channels: list[PositiveInt] | None  # cnn conv channels
 
     def factory(self, shape, num_classes):
         from ..models import build
@@ -637,11 +648,11 @@ class ImageCurvesConfig(RunConfig):
     dataset: DatasetSection
     num_clients: int = Field(ge=2)
     partition: dict  # used when the data has no natural split (or always, if not 'natural'); checked below
-    pool_size: int | None = Field(None, ge=2)  # subsample the pooled data (None: all)
+    pool_size: int | None = Field(ge=2)  # subsample the pooled data (None: all)
     test_fraction: float = Field(gt=0, lt=1)
     model: ModelSection
     #: G > 1: clients in G groups, group g's labels shifted by g (FederatedDataset.with_label_groups)
-    label_groups: PositiveInt = 1
+    label_groups: PositiveInt
 
     def memory_estimate(self) -> tuple[int, str]:
         """For the dataset or its substitute, whichever counts more of those that may load (``config.image_sources``):
@@ -894,19 +905,34 @@ class PermFig3Config(StageConfig):
     synthetic = SyntheticData.synthetic
     threads: int = Field(ge=1)  # a fixed count: 'auto' is not allowed for a timing
     workloads: Workloads
+    dataset: DatasetSection  # the mnist-mlp workload's images
     num_clients: int = Field(ge=2)
     local_steps: int = Field(ge=1)
     batch_size: int = Field(ge=1)
     methods: MethodNames
     repeats: int = Field(ge=1)
-    perm: PermSection = PermSection()
-    pfedme: PFedMeSection = PFedMeSection()
-    perfedavg: PerFedAvgSection = PerFedAvgSection()
+    #: the methods' step sizes and localized FedAvg's fine-tuning (a timing: any small step will do)
+    lr: dict[str, float]
+    finetune_steps: int = Field(ge=1)
+    finetune_lr: float = Field(gt=0)
+    perm: PermSection
+    pfedme: PFedMeSection
+    perfedavg: PerFedAvgSection
 
     @field_validator("threads", mode="before")
     @classmethod
     def _threads(cls, v):  # replaces StageConfig's (int or 'auto'): the field's own rule applies
         return v
+
+    @field_validator("lr")
+    @classmethod
+    def _lr(cls, v):
+        return check_lrs(v)
+
+    @model_validator(mode="after")
+    def _lr_for_each_method(self):
+        raise_problems(missing_lrs(self.lr, self.methods))
+        return self
 
     def memory_estimate(self) -> tuple[int, str]:
         """The synthetic workload's federation (N x 500 x 61 values, float64 and float32), MNIST as loaded and
@@ -919,7 +945,9 @@ class PermFig3Config(StageConfig):
         data = self.num_clients * self.samples_per_client * (self.dim + 1) * 12
         features, hidden = (784, (200, 200)) if "mnist-mlp" in self.workloads else (self.dim + 1, ())
         if "mnist-mlp" in self.workloads:
-            data += sum(2 * samples * (math.prod(shape) * 4 + 8) for shape, _, samples in image_sources("mnist"))
+            ds = self.dataset
+            data += sum(2 * samples * (math.prod(shape) * 4 + 8)
+                        for shape, _, samples in image_sources(ds.name, ds.substitute, ds.root, ds.allow_download))
         run, key = federated_memory(self.num_clients, self.local_steps, self.batch_size, features, hidden)
         return data + run + FULL_BATCH_BYTES, key
 
@@ -943,14 +971,14 @@ def fig3(cfg: PermFig3Config) -> StageResult:
                 data = cfg.synthetic(0)
                 factory = lambda: logistic((cfg.dim,), 2)  # noqa: E731
             else:
-                img = load_images(DatasetSection(name="mnist", allow_download=False))
+                img = load_images(cfg.dataset)
                 data = federate(img, cfg.num_clients, "iid", seed=0)
                 factory = lambda img=img: mlp(img.shape, img.num_classes)  # noqa: E731
             data = data.to(device)
             model = FunctionalModel(factory, device)
-            # what the method factories read; timing only, so any small step size will do
-            settings = SimpleNamespace(lr={k: 0.01 for k in METHODS}, local_steps=cfg.local_steps,
-                                       batch_size=cfg.batch_size, finetune_steps=1, finetune_lr=0.01,
+            # what the method factories read: every client trains each round, weighted alike
+            settings = SimpleNamespace(lr=cfg.lr, local_steps=cfg.local_steps, batch_size=cfg.batch_size,
+                                       finetune_steps=cfg.finetune_steps, finetune_lr=cfg.finetune_lr,
                                        perm=cfg.perm, perfedavg=cfg.perfedavg, pfedme=cfg.pfedme,
                                        clients_per_round=None, weighting="uniform")
             for key in cfg.methods:

@@ -48,24 +48,24 @@ Discrepancy = one_of(DISCREPANCIES)
 
 class PermHeteroSection(PermSection):
     """PERM's settings plus the global model's extraction and the complexity constant kappa."""
-    extraction: Extraction = "static"
-    complexity: float = Field(0.0, ge=0)
-    discrepancy: Discrepancy = "paper"  # paper: Sec. 3.3's D as written; shared: on the common slice
+    extraction: Extraction
+    complexity: float = Field(ge=0)
+    discrepancy: Discrepancy  # paper: Sec. 3.3's D as written; shared: on the common slice
 
 
 class ClaimSection(Section):
-    tolerance: float = Field(0.01, ge=0)  # PERM-hetero may trail the best baseline by this much per group
+    tolerance: float = Field(ge=0)  # PERM-hetero may trail the best baseline by this much per group
 
 
 class PermHeteroConfig(StageConfig):
     dataset: DatasetSection
     num_clients: int = Field(ge=2)
     partition: dict  # {scheme: iid | classes | dirichlet, ...options}, checked below
-    pool_size: int | None = Field(None, ge=2)
+    pool_size: int | None = Field(ge=2)
     test_fraction: float = Field(gt=0, lt=1)
     hidden: list[PositiveInt] = Field(min_length=1)
     budgets: list[float] = Field(min_length=1)
-    budget_seed: Seed = 0
+    budget_seed: Seed
     rounds: int = Field(ge=1)
     local_steps: int = Field(ge=1)
     batch_size: int = Field(ge=1)
@@ -75,8 +75,8 @@ class PermHeteroConfig(StageConfig):
     methods: MethodNames
     seeds: Seeds
     eval_every: int = Field(ge=1)
-    perm: PermHeteroSection = PermHeteroSection()
-    claim: ClaimSection = ClaimSection()
+    perm: PermHeteroSection
+    claim: ClaimSection
 
     def memory_estimate(self) -> tuple[int, str]:
         return federated_memory(self.num_clients, self.local_steps, self.batch_size, image_features(self.dataset.name),

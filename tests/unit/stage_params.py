@@ -1,0 +1,19 @@
+"""A stage's config for a test, from params.yaml: the one source of every stage value (issue 27). A test names
+only what it changes; every other setting is the stage's own (``config.stage_values``: ``defaults``, the
+section, the profile's overlay), so no test keeps a second copy of a stage's values."""
+from pflkit.config import load_params, stage_config, stage_values
+from pflkit.paths import project_root
+
+PARAMS = load_params(project_root() / "params.yaml")
+
+
+def values(name: str, profile: str = "default", /, **changes) -> dict:
+    """params.yaml's values of stage ``name`` under ``profile`` (runner keys included), with ``changes`` on top
+    (``stage``, ``results_dir``, ... may be among them)."""
+    return {**stage_values(PARAMS, name, profile), **changes}
+
+
+def build(name: str, profile: str = "default", /, **changes):
+    """Stage ``name``'s config class validated on ``values(name, profile, **changes)`` (a ConfigError names the
+    key)."""
+    return stage_config(name).build(values(name, profile, **changes))

@@ -1,0 +1,84 @@
+"""One source for every value (issue 27): params.yaml sets every stage value, and the config classes carry no
+competing default. For every stage, no field of its config class (nested sections included) has a code default,
+except the documented ``EXCEPTIONS`` of scripts/config_defaults.py; and every required field is set by the stage's
+values (``defaults`` merged under its section) under every profile."""
+import importlib.util
+import sys
+
+import pytest
+from pydantic import Field
+
+from pflkit.config import RUNNER_KEYS, Section, StageConfig, profile_names, stage_config, stage_values
+from pflkit.paths import project_root
+from stage_params import PARAMS
+
+ROOT = project_root()
+_spec = importlib.util.spec_from_file_location("config_defaults", ROOT / "scripts/config_defaults.py")
+defaults = sys.modules["config_defaults"] = importlib.util.module_from_spec(_spec)  # its dataclass needs it there
+_spec.loader.exec_module(defaults)
+
+STAGES = defaults.audited_stages(PARAMS)
+
+
+def test_every_stage_is_audited():
+    assert "perm_fig1" in STAGES and "charles_fig12" in STAGES and "chayti_fig4" in STAGES
+    assert len(STAGES) == 28  # 27 compute stages and one plot stage (they share the figures section)
+
+
+def test_no_stage_value_has_a_code_default():
+    problems = defaults.violations(defaults.audit(PARAMS))
+    assert problems == [], "\n".join(problems)
+
+
+def test_the_exceptions_are_exactly_the_defaults_left():
+    """Each entry names a field that still has a default (a default removed takes its entry with it)."""
+    left = {(r.owner, r.path.rsplit(".", 1)[-1]) for profile in profile_names(PARAMS)
+            for r in defaults.audit(PARAMS, profile)}
+    assert set(defaults.EXCEPTIONS) == left
+    assert all(owner.endswith("Section") for owner, _ in defaults.EXCEPTIONS)  # none is a stage's own key
+
+
+@pytest.mark.parametrize("profile", profile_names(PARAMS))
+def test_every_required_key_is_set_by_params(profile):
+    for stage in STAGES:
+        values = stage_values(PARAMS, stage, profile)
+        assert defaults.unset_required(stage_config(stage), values) == [], (stage, profile)
+
+
+# -------------------------------------------------------------------------------- the rule catches a violation
+class _Inner(Section):
+    a: float = 0.5
+    b: int
+
+
+class _Fake(StageConfig):
+    rounds: int = Field(10, ge=1)
+    lr: float
+    steps: int = 3
+    inner: _Inner
+
+
+def _fake_values(**changes):
+    return {"device": "cpu", "threads": "auto", "rounds": 20, "lr": 0.1, "inner": {"a": 0.9, "b": 1}, **changes}
+
+
+def test_a_competing_default_a_code_only_one_and_a_nested_one_are_caught():
+    rows = defaults.field_rows(_Fake, _fake_values(), "fake")
+    assert [(r.path, r.kind, r.default, r.value) for r in rows] == [
+        ("rounds", "competing", 10, 20),
+        ("steps", "code-only", 3, None),
+        ("inner.a", "competing", 0.5, 0.9)]
+    assert [r.disagrees for r in rows] == [True, False, True]
+    assert defaults.violations(rows, {}) == [
+        "fake.rounds: competing default 10 in _Fake (params.yaml: 20)",
+        "fake.steps: code-only default 3 in _Fake (params.yaml does not set it)",
+        "fake.inner.a: competing default 0.5 in _Inner (params.yaml: 0.9)"]
+    assert defaults.violations(rows, {("_Inner", "a"): "why", ("_Fake", "rounds"): "why"}) == [
+        "fake.steps: code-only default 3 in _Fake (params.yaml does not set it)"]
+
+
+def test_a_required_key_params_does_not_set_is_caught():
+    values = _fake_values()
+    del values["lr"]
+    assert defaults.unset_required(_Fake, values) == ["stage", "results_dir", "figures_dir", "lr"]
+    assert [k for k in defaults.unset_required(_Fake, values) if k not in RUNNER_KEYS] == ["lr"]
