@@ -405,3 +405,25 @@ def test_global_step_takes_the_mean_gradient_kept_by_the_last_alpha_update(monke
     next(iter(s.w.values())).add_(0.5)  # changed in place
     algo._mean_gradient(s)
     assert len(calls) == 4
+
+
+@pytest.mark.parametrize("stage", ["perm_fig1", "perm_fig2"])
+def test_perm_sampled_alpha_pass_counts_in_the_memory_estimate(stage):
+    """perm.alpha_samples = M gathers M rows of every client at once (``local_gradients``): a large M must be
+    refused by validation naming that key (found by the params property test: 10^7 rows per client passed
+    validation and then asked torch for 160 GiB), and the estimate grows by the rows it gathers."""
+    import copy
+
+    from pflkit.config import ConfigError, load_params, validate_stage
+    params = load_params("params.yaml")
+    base = validate_stage(params, stage, "default")
+    assert base.alpha_sampling()[0] == 0  # the sections take the exact pass
+    bigger = copy.deepcopy(params)
+    bigger[stage]["perm"]["alpha_samples"] = 10 ** 7
+    with pytest.raises(ConfigError, match=rf"^{stage}\.perm\.alpha_samples: the stage would need at least"):
+        validate_stage(bigger, stage, "default")
+    cfg = validate_stage(bigger, stage, "default", machine=False)
+    need, key = cfg.memory_estimate()
+    assert key == "perm.alpha_samples"
+    features = cfg.dim + 1 if stage == "perm_fig1" else 28 * 28  # the synthetic data / the substitute's images
+    assert need - base.memory_estimate()[0] >= cfg.num_clients * 10 ** 7 * 4 * features * 0.99

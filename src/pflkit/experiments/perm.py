@@ -187,6 +187,14 @@ class RunConfig(StageConfig):
                                                   "(null samples every client)")])
         return self
 
+    def alpha_sampling(self) -> tuple[int, str]:
+        """(M, key): the most rows per client a PERM method of ``methods`` samples for its alpha / global-step
+        gradients (``perm.alpha_samples``), and that key; (0, "") when every one takes the exact pass (counted
+        in the estimates as the full-batch pass). The sampled pass gathers M rows of every client at once."""
+        used = [(getattr(self, k).alpha_samples or 0, f"{k}.alpha_samples") for k in ("perm", "perm_alpha")
+                if k in self.methods]
+        return max(used, default=(0, ""))
+
 
 class SyntheticData:
     """A stage on PERM's synthetic data: what its data stage prepares (``pflkit.data.prepared``)."""
@@ -206,11 +214,17 @@ class SyntheticData:
     def memory_estimate(self) -> tuple[int, str]:
         """One seed's federation generated in float64 and kept in float32 (N x n x (d + 1) values each), an
         N x N float32 matrix (PERM's alpha, the pairwise weights), and a round's working set
-        (``config.federated_memory``: K minibatches per client, N logistic models)."""
+        (``config.federated_memory``: K minibatches per client, N logistic models; or PERM's sampled gradient pass,
+        M = ``perm.alpha_samples`` rows of every client, when that is larger)."""
         sizes = {"num_clients": self.num_clients, "samples_per_client": self.samples_per_client, "dim": self.dim}
         data = self.num_clients * self.samples_per_client * (self.dim + 1) * (8 + 4)
         run, run_key = federated_memory(self.num_clients, getattr(self, "local_steps", 1),
                                         getattr(self, "batch_size", 1), self.dim + 1, classes=2)
+        samples, samples_key = self.alpha_sampling() if hasattr(self, "alpha_sampling") else (0, "")
+        if samples:  # PERM's sampled gradient pass: M rows of every client gathered at once, between rounds
+            alpha, _ = federated_memory(self.num_clients, 1, samples, self.dim + 1, classes=2)
+            if alpha > run:
+                run, run_key = alpha, samples_key
         key = max(sizes, key=sizes.get) if data > run else run_key
         return data + 4 * self.num_clients ** 2 + run, key
 
@@ -660,7 +674,8 @@ class ImageCurvesConfig(RunConfig):
         working set (``config.federated_memory`` with the model's parameter count from
         ``config.network_footprint``: every client's K minibatches, 4 copies of N models); each client's
         B-example batch through the model (``ROW_BYTES_FACTOR`` x its row bytes: activations and their
-        gradients); one full-batch pass (the evaluation, PERM's alpha and global step: at most
+        gradients), or PERM's sampled alpha pass (M = ``perm.alpha_samples`` rows of every client) when larger;
+        one full-batch pass (the evaluation, PERM's exact alpha and global step: at most
         ``engine.full_batch.FULL_BATCH_BYTES`` of rows); and the final state of every finished run, kept until
         the stage saves them (methods x seeds x N models).
 
@@ -680,6 +695,12 @@ class ImageCurvesConfig(RunConfig):
             run, run_key = federated_memory(self.num_clients, self.local_steps, self.batch_size, features,
                                             params=params)
             batch = self.num_clients * self.batch_size * ROW_BYTES_FACTOR * row
+            samples, samples_key = self.alpha_sampling()
+            if samples:  # PERM's sampled gradient pass (between rounds): M rows of every client through the model
+                alpha, _ = federated_memory(self.num_clients, 1, samples, features, params=params)
+                alpha_batch = self.num_clients * samples * ROW_BYTES_FACTOR * row
+                if alpha + alpha_batch > run + batch:
+                    run, batch, run_key = alpha, alpha_batch, samples_key
             states = len(self.methods) * len(self.seeds) * self.num_clients * params * 4
             parts = {"pool_size": data, run_key: run + batch + FULL_BATCH_BYTES, "methods": states}
             total = sum(parts.values())
