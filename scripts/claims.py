@@ -41,7 +41,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from pflkit.config import read_yaml
-from pflkit.notebooks import profile_path
+from pflkit.stages import profile_path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))

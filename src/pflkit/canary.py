@@ -205,7 +205,7 @@ def cut_values(stage: str, values: Mapping[str, Any], rounds: int | None = None,
 def _remap(value, profile: str):
     """A path a profile's stage writes or reads (perm_fig4/5's alpha_file) moved under build/canary/<profile>/."""
     if isinstance(value, str):
-        from .notebooks import profile_path
+        from .stages import profile_path
         target = canary_profile(profile)
         if value.startswith(f"build/{profile}/"):
             return f"build/{target}/" + value.removeprefix(f"build/{profile}/")

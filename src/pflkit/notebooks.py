@@ -25,7 +25,7 @@ import yaml
 
 from .config import DEFAULT_PROFILE, PARAMS_ENV, ConfigError, load_params, validate_stage
 from .paths import link_problem, project_root, why_unwritable as _why_unwritable
-from .stages import PIPELINE_PROFILES, profile_path  # noqa: F401  (profile_path: notebooks' and scripts' name)
+from .stages import PIPELINE_PROFILES, profile_path
 
 KERNEL = "pflkit"
 
