@@ -55,6 +55,7 @@ def timed(fn):
 
 
 def estimate_curves(cfg, device, skip: tuple[str, ...] = ()) -> dict:
+    from pflkit.algorithms.round import run_passes
     from pflkit.engine import FunctionalModel
     from pflkit.eval import evaluate
     from pflkit.experiments import perm as E
@@ -82,7 +83,7 @@ def estimate_curves(cfg, device, skip: tuple[str, ...] = ()) -> dict:
         algo = E.METHODS[key][1](model, timing_cfg)
         if key in ("perm", "perm_alpha") and "alpha_s" not in shared:
             state, shared["alpha_s"] = timed(lambda: algo.init(data, seed))  # noqa: B023 (init computes alpha)
-            _, shared["global_s"] = timed(lambda: algo._global_step(state, None))  # noqa: B023
+            _, shared["global_s"] = timed(lambda: run_passes(algo, algo.global_passes(state, None), data))  # noqa: B023
         else:
             state = algo.init(data, seed)
         state, round_s = timed(lambda: algo.round(state))  # noqa: B023 (called at once)

@@ -25,8 +25,8 @@ What it measures, in one run on one machine:
    includes its padded copy, 12.5x the rows).
    The flat pass (``engine.full_gradients_at``: every client's gradient at one model, over the flat
    store; PERM's alpha) is measured the same way.
-3. **PERM alpha update** (what PERM runs once per epoch: the exact global step ``_global_step`` and
-   the mixing weights ``_alpha``, projected GD with 20 steps, both on exact full gradients) vs one
+3. **PERM alpha update** (what PERM runs once per epoch: the exact global step ``global_passes`` and
+   the mixing weights ``alpha_passes``, projected GD with 20 steps, both on exact full gradients) vs one
    FedAvg round (K = 20 local steps, batch 20, 10 clients), both timed in one run with interleaved
    repeats. Target: <= 5x. The round is timed with the default client update (K steps at once) and
    with the one-step-at-a-time reference (``FunctionalModel(fast_steps=False)``, the round the target
@@ -57,6 +57,7 @@ import torch.nn.functional as F
 from pflkit.algorithms import FedAvg
 from pflkit.algorithms import perm as perm_module
 from pflkit.algorithms.perm import PERM
+from pflkit.algorithms.round import run_passes
 from pflkit.data import FederatedDataset
 from pflkit.engine import FunctionalModel, broadcast, full_gradients, full_gradients_at
 from pflkit.eval import evaluate
@@ -151,10 +152,7 @@ def earlier_engine(full):
     def at(model, w, data, split="train", budget=None):
         return full(model, broadcast(w, data.num_clients), data, split)[0]
 
-    def mean(self, s):
-        return {k: g.mean(0) for k, g in at(self.model, s.w, s.data).items()}
-
-    with mock.patch.object(perm_module, "full_gradients_at", at), mock.patch.object(PERM, "_mean_gradient", mean), \
+    with mock.patch.object(perm_module, "full_gradients_at", at), \
             mock.patch.object(perm_module, "project_simplex", project_simplex_sort):
         yield
 
@@ -305,9 +303,11 @@ def run(args) -> dict:
                 alpha_solver="gd", alpha_steps=20)
     ps = perm.init(data, 0)
 
-    def alpha_update():
-        perm._global_step(ps, None)
-        ps.alpha = perm._alpha(ps, init=ps.alpha)
+    def alpha_update(keep_mean: bool = True):
+        if not keep_mean:  # the earlier engines recomputed the global step's pass
+            ps.grad_mean = None
+        run_passes(perm, perm.global_passes(ps, None), data)
+        ps.alpha = run_passes(perm, perm.alpha_passes(ps, ps.alpha), data)
 
     alpha_update()  # warm-up (builds the caches)
     t_new, t_ref, t_a = [], [], []
@@ -316,11 +316,11 @@ def run(args) -> dict:
         t_ref += time_it(lambda: feds[False].round(fstates[False]), 1)
         t_a += time_it(alpha_update, 1)
     with earlier_engine(full_gradients):
-        alpha_update()
-        t_ab = time_it(alpha_update, args.repeats)
+        alpha_update(False)
+        t_ab = time_it(lambda: alpha_update(False), args.repeats)
     with earlier_engine(full_gradients_padded):
-        alpha_update()
-        t_ap = time_it(alpha_update, max(1, args.repeats // 3))
+        alpha_update(False)
+        t_ap = time_it(lambda: alpha_update(False), max(1, args.repeats // 3))
     data._padded.clear()
     res["alpha"] = {"fedavg_round": summary(t_new), "fedavg_round_reference": summary(t_ref),
                     "alpha_update": summary(t_a), "alpha_update_buckets": summary(t_ab),

@@ -19,8 +19,8 @@ Runs PERM alone (seed 0) on the perm_fig4 data of params.yaml (Fashion-MNIST sub
    the numbers). Local / localized FedAvg references come from ``results/perm_fig4/`` (cited) and, at
    other K, from Local runs here.
 
-Nothing in src/ is changed: the variant is a subclass here; the recorder wraps
-``pflkit.algorithms.perm.shuffle_steps``.
+The variant is pflkit's ``PERM(visit="alpha")``; the recorder is a subclass of PERM that reads the
+visiting passes of PERM's own round (``round_passes``).
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/perm_investigation.py            # full (~25 min, 1 thread)
     OMP_NUM_THREADS=1 .venv/bin/python scripts/perm_investigation.py --quick    # smoke test (~1 min)
@@ -51,37 +51,26 @@ ALPHA_FILE = "models/perm_fig4/alpha.npz"
 QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0)
 
 
-# --------------------------------------------------------------------------- the variant and the recorder
-def _variant_class():
-    from pflkit.algorithms.perm import PERM, PERMState
-    from pflkit.engine.local_sgd import local_sgd
+# --------------------------------------------------------------------------- the recorder
+def _recording_class():
+    """pflkit's PERM (either visit rule, ``visit='alpha'`` is the variant) whose visiting passes are recorded:
+    which client every model visits and the step it takes there (the pass's own values, nothing recomputed)."""
+    from pflkit.algorithms.perm import PERM
 
-    class PERMAlphaVisits(PERM):
-        """PERM whose personalization rounds visit clients in proportion to alpha: each round, model i
-        draws one client c ~ alpha_i (independently per model, so a client may host several models in
-        a round) and takes K plain SGD steps of size eta there. In expectation an epoch (N rounds) takes
-        the same step mass on each client as Alg. 1 (eta * alpha_ij * N * K per epoch), but every step
-        is non-zero and of size eta. Warm-up, global step and alpha updates are PERM's."""
+    class RecordingPERM(PERM):
+        def round_passes(self, s):
+            passes, out = super().round_passes(s), None
+            try:
+                while True:
+                    p = passes.send(out)
+                    if p.step == "visiting_steps":  # Alg. 1's steps eta * alpha_i(c) * N, or the plain eta
+                        lr = p.extra.get("lr", torch.full((len(p.clients),), float(self.lr)))
+                        RECORDER.add(p.clients, lr.cpu(), s.alpha)
+                    out = yield p
+            except StopIteration as stop:
+                return stop.value
 
-        name = "PERM (alpha visits)"
-
-        def round(self, s):
-            if s.v is None:
-                return super().round(s)
-            data, n = s.data, s.data.num_clients
-            s = PERMState(**{**s.__dict__, "round": s.round + 1})
-            clients = torch.multinomial(s.alpha.double().cpu(), 1, generator=s.generator).squeeze(1)
-            RECORDER.add(clients, torch.full((n,), float(self.lr)), s.alpha)
-            s.v, _ = local_sgd(self.model, s.v, data, clients, steps=self.local_steps, lr=self.lr,
-                               batch_size=self.batch_size, generator=s.generator)
-            s.shuffle_round += 1
-            period = self._period(n)
-            if period is not None and s.shuffle_round % period == 0:
-                self._global_step(s, None)
-                s.alpha = self._alpha(s, init=s.alpha)
-            return s
-
-    return PERMAlphaVisits
+    return RecordingPERM
 
 
 class Recorder:
@@ -117,24 +106,6 @@ class Recorder:
 
 
 RECORDER = Recorder()
-
-
-def _install_recorder():
-    from pflkit.algorithms import perm as P
-    original = P.shuffle_steps
-    if getattr(original, "_recording", False):
-        return
-
-    def recording(model, v, data, alpha, sigma, step, *, local_steps, lr, **kw):
-        n = data.num_clients
-        clients = P.shuffle_clients(sigma, step)
-        # exactly the step shuffle_steps forms: lr * N * alpha[i, client] (alpha cast to float32)
-        scale = lr * n * alpha[torch.arange(n), clients.to(alpha.device)].float()
-        RECORDER.add(clients, scale, alpha)
-        return original(model, v, data, alpha, sigma, step, local_steps=local_steps, lr=lr, **kw)
-
-    recording._recording = True
-    P.shuffle_steps = recording
 
 
 # --------------------------------------------------------------------------- helpers
@@ -262,14 +233,16 @@ def settings(cfg, quick: bool) -> list[dict]:
 
 def build(kind: str, model, st: dict, batch_size):
     from pflkit.algorithms import Local
-    from pflkit.algorithms.perm import PERM
     if kind == "local":
         return Local(model, local_steps=st["K"], lr=st["lr"], batch_size=batch_size)
-    cls = PERM if kind == "shuffle" else _variant_class()
-    return cls(model, local_steps=st["K"], lr=st["lr"], batch_size=batch_size, lam=st["lam"],
-               alpha_solver=st["alpha_solver"], alpha_steps=st["alpha_steps"], global_lr=st["global_lr"],
-               warmup_rounds=st["warmup_rounds"], warmup_lr=st["warmup_lr"], alpha_init=st["alpha_init"],
-               update_every=st["update_every"])
+    algo = _recording_class()(model, local_steps=st["K"], lr=st["lr"], batch_size=batch_size, lam=st["lam"],
+                              alpha_solver=st["alpha_solver"], alpha_steps=st["alpha_steps"],
+                              global_lr=st["global_lr"], warmup_rounds=st["warmup_rounds"],
+                              warmup_lr=st["warmup_lr"], alpha_init=st["alpha_init"],
+                              update_every=st["update_every"], visit="shuffle" if kind == "shuffle" else "alpha")
+    if kind != "shuffle":
+        algo.name = "PERM (alpha visits)"
+    return algo
 
 
 def run_one(model, data, st: dict, seed: int, eval_every: int, batch_size) -> dict:
@@ -341,7 +314,6 @@ def main(argv=None) -> int:
         return main_fig2(args.seed, out_json)
     from pflkit.engine import FunctionalModel
     from pflkit.experiments.images import image_federation, load_images
-    _install_recorder()
     cfg = load_cfg(args.quick)
     img = load_images(cfg.dataset)
     datasets = {}
@@ -622,7 +594,6 @@ def main_fig2(seed: int, out_json: Path) -> int:
     from pflkit.config import load_params, validate_stage
     from pflkit.engine import FunctionalModel
     from pflkit.experiments.images import image_federation, load_images
-    _install_recorder()
     res = json.loads(out_json.read_text())
     cfg = validate_stage(load_params(ROOT / "params.yaml"), "perm_fig2")
     img = load_images(cfg.dataset)

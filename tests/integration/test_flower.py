@@ -11,7 +11,9 @@ import torch
 pytest.importorskip("flwr")
 psutil = pytest.importorskip("psutil")
 
-from pflkit.algorithms import PERM, FedAvg  # noqa: E402
+from reference.methods import FedAdam, FedClip  # noqa: E402
+
+from pflkit.algorithms import PERM, FedAvg, ServerOpt, fedprox  # noqa: E402
 from pflkit.data import perm_synthetic  # noqa: E402
 from pflkit.engine import FunctionalModel  # noqa: E402
 from pflkit.flower.deployment import Deployment  # noqa: E402
@@ -26,22 +28,30 @@ DATA = dict(num_clients=3, samples_per_client=40, dim=5, test_fraction=0.25, see
 ROUNDS, SEED = 2, 3
 
 
-def _algorithms():
+def _algorithms(more: bool = False):
+    """FedAvg and PERM; with ``more`` also LocalUpdate (FedProx with server momentum) and two methods added
+    outside pflkit in a few lines (tests/reference/methods.py: FedAdam, and FedClip's own client step)."""
     model = FunctionalModel(lambda: logistic((DATA["dim"],), 2))
     return [FedAvg(model, local_steps=3, lr=0.3, batch_size=4),
             # update_every=2: round 2 ends with the global step and the alpha update (two gradient passes)
-            PERM(model, local_steps=3, lr=0.5, batch_size=4, lam=10.0, update_every=2)]
+            PERM(model, local_steps=3, lr=0.5, batch_size=4, lam=10.0, update_every=2)] + ([
+            fedprox(model, steps=3, gamma=0.2, alpha=0.5, batch_size=4, server_opt=ServerOpt("heavy_ball", 0.2, 0.3)),
+            FedAdam(model, local_steps=3, lr=0.3, batch_size=4, server_lr=0.05),
+            FedClip(model, local_steps=3, lr=0.3, batch_size=4, clip=0.05)] if more else [])
 
 
-def _specs(rounds=ROUNDS, timeout=60.0):
+def _specs(rounds=ROUNDS, timeout=60.0, more=False):
     return [RunSpec.for_algorithm(a, model={"name": "logistic"}, data={"name": "perm_synthetic", "kwargs": DATA},
-                                  seed=SEED, rounds=rounds, eval_every=rounds, timeout=timeout) for a in _algorithms()]
+                                  seed=SEED, rounds=rounds, eval_every=rounds, timeout=timeout)
+            for a in _algorithms(more)]
 
 
-def _check_equivalence(results):
+def _check_equivalence(results, more=False):
     """Final personalized accuracy within 1e-4 of the in-process run, and the final server state (global
     model; PERM's personalized models and alpha) within float32 rounding."""
-    for alg, out, state in zip(_algorithms(), results["runs"], results["states"]):
+    algorithms = _algorithms(more)
+    assert len(results["runs"]) == len(algorithms)
+    for alg, out, state in zip(algorithms, results["runs"], results["states"]):
         keep = {}
         want = run(alg, perm_synthetic(**DATA), ROUNDS, SEED, eval_every=ROUNDS, keep=keep)
         final = lambda h: {r["metric"]: r["value"] for r in h if r["round"] == ROUNDS}  # noqa: E731
@@ -137,10 +147,12 @@ def test_a_client_dying_mid_run_stops_the_run_with_a_clear_error(tmp_path):
     assert dep.leftover == [] and _gone(pids)
 
 
-def test_simulation_reproduces_fedavg_and_perm_and_shuts_ray_down():
+def test_simulation_reproduces_every_kind_of_method_and_shuts_ray_down():
+    """FedAvg, PERM, LocalUpdate with a server optimizer, and the methods added in tests/reference/methods.py
+    (their ClientApps import them by path) reproduce in-process on the simulation engine."""
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    results = simulate(_specs(), num_cpus=1, object_store_mb=128)
-    _check_equivalence(results)
+    results = simulate(_specs(more=True), num_cpus=1, object_store_mb=128)
+    _check_equivalence(results, more=True)
     after = [p.pid for p in psutil.Process().children(recursive=True) if p.pid not in before]
     _, alive = psutil.wait_procs([psutil.Process(p) for p in after if psutil.pid_exists(p)], timeout=30)
     assert [p.pid for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []

@@ -111,8 +111,8 @@ def test_grid_one_setting_matches_local_update_and_reference_loop():
     for _ in range(3):
         s = algo.round(s)
     x3 = final_params(model, data, [E.Setting(0.1, 0.3, "nesterov", 0.9)], 3, **kw)
-    for k in s.x:
-        assert torch.allclose(x3[k][0], s.x[k], atol=1e-5), k
+    for k in s.w:
+        assert torch.allclose(x3[k][0], s.w[k], atol=1e-5), k
 
 
 def test_grid_of_settings_equals_separate_local_update_runs():
@@ -134,8 +134,8 @@ def test_grid_of_settings_equals_separate_local_update_runs():
         st = algo.init(data, 2)
         for _ in range(3):
             st = algo.round(st)
-        for k in st.x:
-            assert torch.allclose(grid[k][i], st.x[k], atol=1e-5), (i, k)
+        for k in st.w:
+            assert torch.allclose(grid[k][i], st.w[k], atol=1e-5), (i, k)
 
 
 def test_grid_in_chunks_of_settings_equals_the_whole_grid_when_draws_are_deterministic():
@@ -218,7 +218,7 @@ def test_local_update_on_char_lstm_matches_reference_loop():
     algo = LocalUpdate(model, theta=theta_1_to_K(2), gamma=0.5, batch_size=2, clients_per_round=2,
                        server_opt=ServerOpt("gd", 1.0))
     s0 = algo.init(data, 3)
-    x0 = {k: v.clone() for k, v in s0.x.items()}
+    x0 = {k: v.clone() for k, v in s0.w.items()}
     s1 = algo.round(s0)
     g = torch.Generator().manual_seed(3)
     cl = sample_clients(2, 2, g)
@@ -226,5 +226,5 @@ def test_local_update_on_char_lstm_matches_reference_loop():
     q = ref.local_update_pseudo_gradient(model.loss, x0, data, cl.tolist(), rows, alpha=0.0, gamma=0.5,
                                          theta=[1.0, 1.0])
     for k in x0:
-        assert torch.allclose(s1.x[k], x0[k] - q[k], atol=1e-5), k
-    assert float(sum((s1.x[k] - x0[k]).abs().sum() for k in x0)) > 1e-3
+        assert torch.allclose(s1.w[k], x0[k] - q[k], atol=1e-5), k
+    assert float(sum((s1.w[k] - x0[k]).abs().sum() for k in x0)) > 1e-3

@@ -4,7 +4,10 @@ run (``runner.run``), round by round; the pieces fail clearly on bad input."""
 import pytest
 import torch
 
-from pflkit.algorithms import PERM, FedAvg, Local, LocalizedFedAvg, PerFedAvg, PFedMe
+from reference.methods import FedAdam, FedClip
+
+from pflkit.algorithms import (MAML, PERM, FedAvg, Local, LocalizedFedAvg, PerFedAvg, PFedMe, ServerOpt, fedprox,
+                               fomaml)
 from pflkit.data import perm_synthetic
 from pflkit.engine import FunctionalModel
 from pflkit.flower.client import FederatedClient, Job, one_client, replaying
@@ -35,6 +38,16 @@ METHODS = {
                                                    alpha_samples=5, global_steps=2, update_every=3),
     "perm_alpha_visits": lambda m: PERM(m, local_steps=3, lr=0.5, batch_size=4, lam=10.0, visit="alpha",
                                         alpha_init="estimate"),
+    "fedavg_server_momentum": lambda m: FedAvg(m, local_steps=3, lr=0.3, batch_size=4, clients_per_round=3,
+                                               server_opt=ServerOpt("nesterov", 0.8, momentum=0.5)),
+    "fedprox_local_update": lambda m: fedprox(m, steps=3, gamma=0.2, alpha=0.5, batch_size=4, clients_per_round=3,
+                                              server_opt=ServerOpt("heavy_ball", 0.2, momentum=0.3)),
+    "fomaml": lambda m: fomaml(m, steps=3, gamma=0.2, lr=0.5, batch_size=4),
+    "maml": lambda m: MAML(m, inner_steps=2, gamma=0.1, batch_size=4, clients_per_round=4,
+                           server_opt=ServerOpt("gd", 0.5)),
+    # methods added outside pflkit (tests/reference/methods.py): named by their import path
+    "fedadam": lambda m: FedAdam(m, local_steps=3, lr=0.3, batch_size=4, server_lr=0.05, clients_per_round=3),
+    "fedclip": lambda m: FedClip(m, local_steps=3, lr=0.3, batch_size=4, clip=0.05),
 }
 
 
@@ -79,7 +92,7 @@ def test_the_server_sees_sizes_only_and_each_client_its_own_rows():
     jobs = next(server.round())
     assert sorted(jobs) == list(range(5))
     for job in jobs.values():
-        assert job.config["phase"] == "shuffle" and job.arrays["lr"].shape == (1,)
+        assert job.config["step"] == "visiting_steps" and job.arrays["extra.lr"].shape == (1,)
         assert job.arrays["draw.0"].dtype == torch.int16 and job.arrays["draw.0"].shape == (3, 1, 4)
         assert 0 <= int(job.arrays["draw.0"].min()) and int(job.arrays["draw.0"].max()) < 21
 
@@ -101,10 +114,14 @@ def test_replayed_draws_check_their_shape_and_their_use():
     client = FederatedClient(_spec(METHODS["fedavg"](_model())), 0)
     w = {f"model.{k}": v.unsqueeze(0) for k, v in client.model.init(0).items()}
     extra = {"draw.0": torch.zeros(3, 1, 4, dtype=torch.int16), "draw.1": torch.zeros(3, 1, 4, dtype=torch.int16)}
+    config = {"kind": "train", "step": "local_models", "shared": True, "models": 1, "round": 1, "seed": 0}
     with pytest.raises(RuntimeError, match="1 of the rows the server sent were not used"):
-        client.run(Job({**w, **extra}, {"kind": "train", "phase": "client_work", "round": 1, "seed": 0}))
-    with pytest.raises(ValueError, match=r"job kind must be one of .* got kind 'train', phase 'shuffle2'"):
-        client.run(Job(w, {"kind": "train", "phase": "shuffle2"}))
+        client.run(Job({**w, **extra}, config))
+    with pytest.raises(ValueError, match=r"step one of FedAvg's client steps \('given', 'global_model', "
+                                         r"'local_models'\), got kind 'train', step 'visiting_steps'"):
+        client.run(Job(w, {**config, "step": "visiting_steps"}))  # a method's own steps only
+    with pytest.raises(ValueError, match=r"got kind 'query', step 'local_models'"):
+        client.run(Job(w, {**config, "kind": "query"}))
 
 
 def test_spec_rebuilds_the_algorithm_and_rejects_what_it_cannot_run():
@@ -112,16 +129,22 @@ def test_spec_rebuilds_the_algorithm_and_rejects_what_it_cannot_run():
         alg = make(_model())
         spec = RunSpec.from_json(_spec(alg).to_json())
         assert settings_of(spec.algorithm(_model())) == settings_of(alg) and spec.name == alg.name
-    with pytest.raises(ValueError, match=r"exactly \['FedAvg', 'LocalizedFedAvg', 'PERM', 'PFedMe', 'PerFedAvg'\], "
-                                         r"got Local"):
+    assert _spec(METHODS["fedclip"](_model())).method == "reference.methods:FedClip"
+    # a class declares what a federated engine cannot run, and why
+    with pytest.raises(ValueError, match="cannot run Local: Alone trains every client by itself"):
         _spec(Local(_model(), local_steps=1, lr=0.1, batch_size=2))
-    class Variant(PERM):  # a subclass may change the round (PERM-hetero does): refused too
+    with pytest.raises(ValueError, match="cannot run PERMHetero: PERM-hetero's alpha update reads every client's"):
+        RunSpec("PERMHetero", {}, {"name": "logistic"}, {"name": "perm_synthetic"}, 0, 1)
+
+    class Variant(PERM):  # no process but this one could import it
         pass
 
-    with pytest.raises(ValueError, match="got .*Variant"):
+    with pytest.raises(ValueError, match="defined at a module's top level.*got .*Variant"):
         _spec(Variant(_model(), local_steps=1, lr=0.1, batch_size=2, lam=1.0))
-    with pytest.raises(ValueError, match="method must be one of"):
-        RunSpec("PERMHetero", {}, {"name": "logistic"}, {"name": "perm_synthetic"}, 0, 1)
+    with pytest.raises(ValueError, match="method must be one of .* or an import path"):
+        RunSpec("SCAFFOLD", {}, {"name": "logistic"}, {"name": "perm_synthetic"}, 0, 1)
+    with pytest.raises(ValueError, match="method 'reference.methods:Nope' cannot be imported here"):
+        RunSpec("reference.methods:Nope", {}, {"name": "logistic"}, {"name": "perm_synthetic"}, 0, 1)
     dropout = RunSpec("FedAvg", {}, {"name": "femnist_cnn"}, {"name": "perm_synthetic"}, 0, 1)
     with pytest.raises(ValueError, match="model 'femnist_cnn' has dropout layers"):
         dropout.functional_model((1, 28, 28), 62)

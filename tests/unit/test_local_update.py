@@ -49,13 +49,13 @@ def test_local_update_round_matches_reference_loop_on_tiny_nn():
     algo = LocalUpdate(model, theta=theta, gamma=0.1, alpha=0.3, batch_size=2, clients_per_round=2,
                        server_opt=ServerOpt("gd", 0.7))
     s0 = algo.init(data, seed=5)
-    x0 = {k: v.clone() for k, v in s0.x.items()}
+    x0 = {k: v.clone() for k, v in s0.w.items()}
     s1 = algo.round(s0)
     clients, rows = draws(5, data, 2, 3, 2)
     q = ref.local_update_pseudo_gradient(model.loss, x0, data, clients.tolist(), rows, alpha=0.3, gamma=0.1,
                                          theta=[0.5, 0.0, 2.0])
-    close(s1.x, {k: x0[k] - 0.7 * q[k] for k in x0})
-    assert not torch.allclose(s1.x["0.weight"], x0["0.weight"])
+    close(s1.w, {k: x0[k] - 0.7 * q[k] for k in x0})
+    assert not torch.allclose(s1.w["0.weight"], x0["0.weight"])
 
 
 def test_maml_matches_autograd_reference_on_tiny_nn():
@@ -102,11 +102,11 @@ def test_engine_path_and_quadratic_path_agree():
     kw = dict(theta=Theta.of([1.0, 0.5, 0.0, 2.0]), gamma=0.03, alpha=0.2, batch_size=2, clients_per_round=3)
     engine = LocalUpdate(model, server_opt=ServerOpt("nesterov", 0.05, 0.5), **kw)
     s = engine.init(qc.to_federated(), seed=3)
-    x0 = s.x["x"].double().clone()
+    x0 = s.w["x"].double().clone()
     for _ in range(6):
         s = engine.round(s)
     quad = QuadraticLocalUpdate(server_opt=ServerOpt("nesterov", 0.05, 0.5), **kw).run(qc, x0, 6, seed=3)
-    assert torch.allclose(s.x["x"].double(), quad[-1], atol=1e-4)
+    assert torch.allclose(s.w["x"].double(), quad[-1], atol=1e-4)
     assert (quad[-1] - quad[0]).norm() > 0.1
 
 
@@ -116,27 +116,27 @@ def test_preset_minibatch_sgd_is_sgd_on_one_client():
     algo = minibatch_sgd(model, lr=0.3, batch_size=4)
     assert algo.theta == theta_K(1) and algo.gamma == 0.0 and algo.alpha == 0.0
     s0 = algo.init(data, 2)
-    x0 = {k: v.clone() for k, v in s0.x.items()}
+    x0 = {k: v.clone() for k, v in s0.w.items()}
     s1 = algo.round(s0)
     _, rows = draws(2, data, None, 1, 4)
-    close(s1.x, ref.sgd_steps(model.loss, x0, data, [rows[0, 0]], 0.3))
+    close(s1.w, ref.sgd_steps(model.loss, x0, data, [rows[0, 0]], 0.3))
 
 
 def test_preset_lookahead_is_lookahead():
     data, model = tiny_data(num_clients=1), tiny_model()
     algo = lookahead(model, steps=4, fast_lr=0.2, slow_step=0.5, batch_size=3)
     s0 = algo.init(data, 4)
-    x0 = {k: v.clone() for k, v in s0.x.items()}
+    x0 = {k: v.clone() for k, v in s0.w.items()}
     s1 = algo.round(s0)
     _, rows = draws(4, data, None, 4, 3)
-    close(s1.x, ref.lookahead_step(model.loss, x0, data, [rows[k, 0] for k in range(4)], 0.2, 0.5))
+    close(s1.w, ref.lookahead_step(model.loss, x0, data, [rows[k, 0] for k in range(4)], 0.2, 0.5))
 
 
 def test_preset_fedsgd_sums_gradients_at_the_broadcast_point():
     data, model = tiny_data(), tiny_model()
     algo = fedsgd(model, steps=3, lr=0.1, batch_size=2, clients_per_round=2)
     s0 = algo.init(data, 6)
-    x0 = {k: v.clone() for k, v in s0.x.items()}
+    x0 = {k: v.clone() for k, v in s0.w.items()}
     s1 = algo.round(s0)
     _, rows = draws(6, data, 2, 3, 2)
     total = {k: torch.zeros_like(v) for k, v in x0.items()}
@@ -144,7 +144,7 @@ def test_preset_fedsgd_sums_gradients_at_the_broadcast_point():
         for m in range(2):
             g = ref._grad(model.loss, ref._leaf(x0), data.x_train[rows[k, m]], data.y_train[rows[k, m]])
             total = {n: total[n] + g[n] / 2 for n in total}
-    close(s1.x, {n: x0[n] - 0.1 * total[n] for n in x0})
+    close(s1.w, {n: x0[n] - 0.1 * total[n] for n in x0})
 
 
 def test_preset_fedavg_with_server_lr_gamma_is_model_averaging():
@@ -152,24 +152,24 @@ def test_preset_fedavg_with_server_lr_gamma_is_model_averaging():
     algo = fedavg(model, steps=3, gamma=0.2, batch_size=2, clients_per_round=2)
     plain = FedAvg(model, local_steps=3, lr=0.2, batch_size=2, clients_per_round=2)
     s, p = algo.init(data, 8), plain.init(data, 8)
-    x0 = {k: v.clone() for k, v in s.x.items()}
+    x0 = {k: v.clone() for k, v in s.w.items()}
     for _ in range(3):
         s, p = algo.round(s), plain.round(p)
-    close(s.x, p.w)
+    close(s.w, p.w)
     # and one round against the reference model-averaging loop
     s1 = algo.round(algo.init(data, 8))
     _, rows = draws(8, data, 2, 3, 2)
-    close(s1.x, ref.fedavg_round(model.loss, x0, data, rows, 0.2))
+    close(s1.w, ref.fedavg_round(model.loss, x0, data, rows, 0.2))
 
 
 def test_preset_fedprox_averages_proximal_local_models():
     data, model = tiny_data(), tiny_model()
     algo = fedprox(model, steps=3, gamma=0.2, alpha=0.5, batch_size=2)
     s0 = algo.init(data, 1)
-    x0 = {k: v.clone() for k, v in s0.x.items()}
+    x0 = {k: v.clone() for k, v in s0.w.items()}
     s1 = algo.round(s0)
     _, rows = draws(1, data, None, 3, 2)
-    close(s1.x, ref.fedavg_round(model.loss, x0, data, rows, 0.2, prox=0.5))
+    close(s1.w, ref.fedavg_round(model.loss, x0, data, rows, 0.2, prox=0.5))
     with pytest.raises(ValueError, match="alpha"):
         fedprox(model, steps=3, gamma=0.2, alpha=0.0, batch_size=2)
 
@@ -265,14 +265,14 @@ def test_a_new_method_is_a_few_lines_of_configuration():
     data, model = tiny_data(num_clients=4), tiny_model()
     algo = FedAdam(model, steps=3, gamma=0.1, lr=0.01, batch_size=2, clients_per_round=2)
     s = algo.init(data, seed=4)
-    x0 = {k: v.clone() for k, v in s.x.items()}
+    x0 = {k: v.clone() for k, v in s.w.items()}
     s = algo.round(s)
     clients, rows = draws(4, data, 2, 3, 2)
     q = ref.local_update_pseudo_gradient(model.loss, x0, data, clients.tolist(), rows, alpha=0.0, gamma=0.1,
                                          theta=[1.0, 1.0, 1.0])
     # Adam's first step from zero moments: m = (1 - b1) q, v = (1 - b2) q^2, bias-corrected to q and q^2
     want = {k: x0[k] - 0.01 * q[k] / (q[k].abs() + 1e-8) for k in x0}
-    close(s.x, want, atol=1e-6)
+    close(s.w, want, atol=1e-6)
     assert s.server["step"] == 1
 
 
@@ -308,6 +308,6 @@ def test_local_update_state_is_checkpointable_and_resumes_the_same_run(tmp_path)
     resumed = state_from_payload(algo.init(data, seed=1), torch.load(tmp_path / "s.pt", weights_only=True))
     for _ in range(3):
         s, resumed = algo.round(s), algo.round(resumed)
-    for k in s.x:
-        assert torch.equal(s.x[k], resumed.x[k])
+    for k in s.w:
+        assert torch.equal(s.w[k], resumed.w[k])
     assert resumed.server["step"] == 6

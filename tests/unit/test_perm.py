@@ -363,48 +363,38 @@ def test_perm_alpha_is_its_own_method_and_claim():
 
 def test_global_step_takes_the_mean_gradient_kept_by_the_last_alpha_update(monkeypatch):
     """w does not move between an alpha update and the next global step: that step reuses the exact mean
-    gradient the alpha update computed (the same bits as a fresh pass), and recomputes once w changed."""
+    gradient the alpha update kept in the state (the same bits as a fresh pass), and a pass is taken once w
+    changed (after the global step) or nothing was kept (the first update after a uniform alpha)."""
     from pflkit.algorithms import perm as perm_module
     from pflkit.engine import full_gradients_at
     data = perm_synthetic(6, 40, 5, seed=0)
     model = FunctionalModel(lambda: logistic((5,), 2))
+    calls = []
+    monkeypatch.setattr(perm_module, "full_gradients_at",
+                        lambda *args, **kw: calls.append(1) or full_gradients_at(*args, **kw))
 
     def run(reuse: bool):
+        calls.clear()
         algo = PERM(model, local_steps=2, lr=0.1, batch_size=4, lam=0.5, alpha_solver="gd", alpha_steps=5,
                     global_lr=0.3, update_every=2)
-        if not reuse:
-            monkeypatch.setattr(algo, "_mean_gradient", lambda s: {
-                k: g.mean(0) for k, g in full_gradients_at(model, s.w, s.data).items()})
         s = algo.init(data, 0)
         for _ in range(7):
+            if not reuse:
+                s.grad_mean = None
             s = algo.round(s)
-        return s
+        return s, len(calls)
 
-    a, b = run(True), run(False)
+    (a, reused), (b, fresh) = run(True), run(False)
     for k in a.w:
         assert torch.equal(a.w[k], b.w[k]) and not torch.equal(a.w[k], model.init(0)[k])
     assert torch.equal(a.alpha, b.alpha)
     for k in a.v:
         assert torch.equal(a.v[k], b.v[k])
-    # which passes run: none for a global step right after an alpha update at the same w
-    calls = []
-    monkeypatch.setattr(perm_module, "full_gradients_at",
-                        lambda *args, **kw: calls.append(1) or full_gradients_at(*args, **kw))
-    algo = PERM(model, local_steps=2, lr=0.1, batch_size=4, lam=0.5, alpha_solver="gd", alpha_steps=5)
-    s = algo.init(data, 0)
-    algo._alpha(s, None)
-    assert len(calls) == 1
-    kept = algo._mean_gradient(s)
-    assert len(calls) == 1
-    fresh = {k: g.mean(0) for k, g in full_gradients_at(model, s.w, data).items()}
-    assert all(torch.equal(kept[k], fresh[k]) for k in fresh)
-    s.w = {k: v + 0.0 for k, v in s.w.items()}  # new tensors (as a global step makes)
-    algo._mean_gradient(s)
-    assert len(calls) == 2
-    algo._alpha(s, None)
-    next(iter(s.w.values())).add_(0.5)  # changed in place
-    algo._mean_gradient(s)
-    assert len(calls) == 4
+    # 3 updates (rounds 2, 4, 6), each a global step and an alpha update: 6 passes, of which the 2nd and
+    # 3rd global steps take the mean the previous alpha update kept
+    assert (fresh, reused) == (6, 4)
+    assert a.grad_mean is not None and all(torch.equal(a.grad_mean[k], g.mean(0))
+                                           for k, g in full_gradients_at(model, a.w, data).items())
 
 
 @pytest.mark.parametrize("stage", ["perm_fig1", "perm_fig2"])

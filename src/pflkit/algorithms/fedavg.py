@@ -1,16 +1,19 @@
-"""Alone (local training), FedAvg / Local SGD (PERM Alg. 3) and localized FedAvg."""
+"""The one federated round (:class:`FederatedRound`), and three of its configurations: Alone (local
+training), FedAvg / Local SGD (PERM Alg. 3) and localized FedAvg."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
+from torch import Tensor
 
 from ..data.federated import FederatedDataset
 from ..engine.functional import FunctionalModel
 from ..engine.local_sgd import expand_schedule, local_sgd
 from ..engine.params import Params, broadcast
 from .base import BaseState, check_batch_size, check_positive, eval_generator
-from .round import WEIGHTINGS, aggregate, client_weights, local_round, sample_clients
+from .round import WEIGHTINGS, Pass, PassRound, aggregate, client_weights, local_round, project_ball, sample_clients
+from .server_opt import ServerOpt
 
 
 @dataclass
@@ -18,10 +21,12 @@ class LocalState(BaseState):
     params: Params  # [N, ..]
 
 
-class Local:
+class Local(PassRound):
     """Every client trains its own model on its own data; no communication ("Alone")."""
 
     name = "Local"
+    client_steps = PassRound.client_steps + ("own_steps",)
+    federated = "Alone trains every client by itself: there is no server model to federate"
 
     def __init__(self, model: FunctionalModel, *, local_steps: int, lr: float, batch_size: int):
         self.model = model
@@ -34,82 +39,107 @@ class Local:
         return LocalState(data, torch.Generator().manual_seed(seed), seed, 0,
                           broadcast(w0, data.num_clients))
 
-    def round(self, s: LocalState) -> LocalState:
-        clients = torch.arange(s.data.num_clients)
-        params, _ = local_sgd(self.model, s.params, s.data, clients, steps=self.local_steps, lr=self.lr,
-                              batch_size=self.batch_size, generator=s.generator)
-        return LocalState(s.data, s.generator, s.seed, s.round + 1, params)
+    def own_steps(self, params: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
+        """K SGD steps of every client's own model on its own data."""
+        params, _ = local_sgd(self.model, params, data, clients, steps=self.local_steps, lr=self.lr,
+                              batch_size=self.batch_size, generator=generator)
+        return params
 
-    def personalized(self, s: LocalState) -> Params:
-        return s.params
+    def round_passes(self, s: LocalState):
+        clients = torch.arange(s.data.num_clients)
+        params = yield Pass("own_steps", clients, s.params, s.generator, expand_schedule(clients, self.local_steps),
+                            self.batch_size)
+        return replace(s, round=s.round + 1, params=params)
+
+    def personalize_pass(self, s: LocalState) -> Pass:
+        return Pass("given", torch.arange(s.data.num_clients), s.params, eval_generator(s))
 
 
 @dataclass
 class FedAvgState(BaseState):
-    w: Params  # the global model, no leading dim
+    w: Params  # the global (server) model, no leading dim
+    server: dict  # the server optimizer's state (``ServerOpt.init``: a step count and tensors)
 
 
-class FedAvg:
-    """Local SGD / FedAvg: broadcast w, K local SGD steps on each participating client, average.
+class FederatedRound(PassRound):
+    """The one round: participants -> ``client_pass`` (the method's own client step) -> ``aggregate`` ->
+    server step through ``server_opt``.
 
-    ``clients_per_round`` clients take part in a round (None: all). ``weighting='uniform'`` averages
-    with 1/M as in PERM's Alg. 3; ``'samples'`` weights by n_j (McMahan et al.). ``radius`` projects w
-    onto the l2 ball W after each round (Alg. 3's optional projection; ``None`` = off). Its
-    personalized model is the global model for every client.
-    """
+    ``clients_per_round`` clients take part in a round (None: all). ``weighting='uniform'`` averages with
+    1/M (PERM's Alg. 3); ``'samples'`` weights by n_j (McMahan et al.). The clients send models
+    (``sends = 'models'``: the server steps towards their average, ``ServerOpt.step_to``; plain GD at
+    lr 1 is FedAvg's averaging) or pseudo-gradients (``'pseudo_gradients'``: LocalUpdate's q, the server
+    steps with their average, ``ServerOpt.step``). ``radius`` projects the server model onto the l2 ball
+    after each round (Alg. 3's optional projection; None = off). Personalized model: the server model for
+    every client, unless the method says otherwise (``personalize_pass``)."""
 
-    name = "FedAvg"
+    sends = "models"
+    radius: float | None = None
 
-    def __init__(self, model: FunctionalModel, *, local_steps: int, lr: float, batch_size: int | None,
-                 clients_per_round: int | None = None, weighting: str = "uniform", radius: float | None = None):
-        self.model = model
-        self.local_steps = check_positive("local_steps", local_steps, integer=True)
-        self.lr = check_positive("lr", lr)
+    def set_round(self, *, batch_size, clients_per_round, weighting: str = "uniform",
+                  server_opt: ServerOpt | None = None, radius: float | None = None):
+        """Check and set the round's settings."""
         self.batch_size = check_batch_size(batch_size)
         self.clients_per_round = None if clients_per_round is None else \
             check_positive("clients_per_round", clients_per_round, integer=True)
         if weighting not in WEIGHTINGS:
             raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
         self.weighting = weighting
+        if server_opt is not None and not isinstance(server_opt, ServerOpt):
+            raise ValueError(f"server_opt must be a ServerOpt (gd, heavy_ball, nesterov, adam), got {server_opt!r}")
+        self.server_opt = server_opt or ServerOpt("gd", 1.0)
         self.radius = None if radius is None else check_positive("radius", radius)
 
-    def init(self, data: FederatedDataset, seed: int) -> FedAvgState:
-        return FedAvgState(data, torch.Generator().manual_seed(seed), seed, 0, self.model.init(seed))
+    def init(self, data: FederatedDataset, seed: int, x0: Params | None = None) -> FedAvgState:
+        w = self.model.init(seed) if x0 is None else {k: v.clone() for k, v in x0.items()}
+        return FedAvgState(data, torch.Generator().manual_seed(seed), seed, 0, w, self.server_opt.init(w))
 
-    def participants(self, s: FedAvgState) -> torch.Tensor:
+    def participants(self, s: FedAvgState) -> Tensor:
         return sample_clients(s.data.num_clients, self.clients_per_round, s.generator)
 
-    def aggregate(self, s: FedAvgState, clients: torch.Tensor, local: Params) -> Params:
-        return aggregate(local, client_weights(s.data, clients, self.weighting), self.radius)
+    def client_pass(self, s: FedAvgState, clients: Tensor) -> Pass:
+        """The round's client step on the participants (every client starts from the server model)."""
+        raise NotImplementedError
 
-    # -- the round, in three parts a federated engine calls apart (``pflkit.flower``): the participants
-    # (drawn on the server), the client work (each client alone, on the minibatches of ``batch_schedule``)
-    # and the server update
-    def client_work(self, w: Params, data: FederatedDataset, clients: torch.Tensor,
-                    generator: torch.Generator) -> Params:
+    def round_passes(self, s: FedAvgState):
+        clients = self.participants(s)
+        out = yield self.client_pass(s, clients)
+        avg = aggregate(out, client_weights(s.data, clients, self.weighting))
+        step = self.server_opt.step_to if self.sends == "models" else self.server_opt.step
+        w, server = step(s.w, avg, s.server)
+        if self.radius is not None:
+            w = project_ball(w, self.radius)
+        return replace(s, round=s.round + 1, w=w, server=server)
+
+    def personalize_pass(self, s: FedAvgState) -> Pass:
+        return Pass("global_model", torch.arange(s.data.num_clients), s.w, eval_generator(s), shared=True)
+
+
+class FedAvg(FederatedRound):
+    """Local SGD / FedAvg: broadcast w, K local SGD steps on each participating client, average (see
+    :class:`FederatedRound` for the participants, weighting, ``server_opt`` (FedAvgM, FedAdam) and
+    ``radius``). Its personalized model is the global model for every client."""
+
+    name = "FedAvg"
+    client_steps = PassRound.client_steps + ("local_models",)
+
+    def __init__(self, model: FunctionalModel, *, local_steps: int, lr: float, batch_size: int | None,
+                 clients_per_round: int | None = None, weighting: str = "uniform", radius: float | None = None,
+                 server_opt: ServerOpt | None = None):
+        self.model = model
+        self.local_steps = check_positive("local_steps", local_steps, integer=True)
+        self.lr = check_positive("lr", lr)
+        self.set_round(batch_size=batch_size, clients_per_round=clients_per_round, weighting=weighting,
+                       server_opt=server_opt, radius=radius)
+
+    def local_models(self, w: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
         """The participants' local models [M, ..] from the global model w (``local_round``)."""
         return local_round(self.model, w, data, clients, steps=self.local_steps, lr=self.lr,
                            batch_size=self.batch_size, generator=generator)
 
-    def batch_schedule(self, clients: torch.Tensor) -> torch.Tensor:
-        """The one ``sample_indices`` call of ``client_work`` (client axis last): [K, M]."""
-        return expand_schedule(clients, self.local_steps)
-
-    def server_update(self, s: FedAvgState, clients: torch.Tensor, local: Params) -> Params:
-        """The new global model from the participants' outputs."""
-        return self.aggregate(s, clients, local)
-
-    def round(self, s: FedAvgState) -> FedAvgState:
-        clients = self.participants(s)
-        local = self.client_work(s.w, s.data, clients, s.generator)
-        return FedAvgState(s.data, s.generator, s.seed, s.round + 1, self.server_update(s, clients, local))
-
-    def personal_schedule(self, n: int) -> torch.Tensor | None:
-        """The ``sample_indices`` call of ``personalized`` for n clients (None: it draws nothing)."""
-        return None
-
-    def personalized(self, s: FedAvgState) -> Params:
-        return broadcast(s.w, s.data.num_clients)
+    def client_pass(self, s: FedAvgState, clients: Tensor) -> Pass:
+        return Pass("local_models", clients, s.w, s.generator, expand_schedule(clients, self.local_steps),
+                    self.batch_size, shared=True)
 
 
 class LocalizedFedAvg(FedAvg):
@@ -117,18 +147,19 @@ class LocalizedFedAvg(FedAvg):
     ``finetune_steps`` SGD steps (lr ``finetune_lr``) before evaluation."""
 
     name = "Localized FedAvg"
+    client_steps = FedAvg.client_steps + ("finetuned",)
 
     def __init__(self, model: FunctionalModel, *, finetune_steps: int, finetune_lr: float, **kwargs):
         super().__init__(model, **kwargs)
         self.finetune_steps = check_positive("finetune_steps", finetune_steps, integer=True)
         self.finetune_lr = check_positive("finetune_lr", finetune_lr)
 
-    def personal_schedule(self, n: int) -> torch.Tensor:
-        return expand_schedule(torch.arange(n), self.finetune_steps)
-
-    def personalized(self, s: FedAvgState) -> Params:
-        n = s.data.num_clients
-        tuned, _ = local_sgd(self.model, broadcast(s.w, n), s.data, torch.arange(n),
-                             steps=self.finetune_steps, lr=self.finetune_lr,
-                             batch_size=self.batch_size, generator=eval_generator(s))
+    def finetuned(self, w: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
+        tuned, _ = local_sgd(self.model, broadcast(w, len(clients)), data, clients, steps=self.finetune_steps,
+                             lr=self.finetune_lr, batch_size=self.batch_size, generator=generator)
         return tuned
+
+    def personalize_pass(self, s: FedAvgState) -> Pass:
+        clients = torch.arange(s.data.num_clients)
+        return Pass("finetuned", clients, s.w, eval_generator(s), expand_schedule(clients, self.finetune_steps),
+                    self.batch_size, shared=True)

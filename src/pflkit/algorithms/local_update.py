@@ -15,7 +15,6 @@ q_t, x_{t+1} = ServerOpt(x_t, q_t). On quadratics E[ClientUpdate] = grad f~_i (T
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -23,13 +22,15 @@ from torch.func import grad, vmap
 
 from ..data.federated import FederatedDataset
 from ..data.quadratic_clients import QuadraticClients
+from ..engine.local_sgd import expand_schedule
 from ..engine.params import Params, broadcast
 from ..theory.surrogate import Theta, theta_1_to_K, theta_K
-from .base import BaseState, check_positive
-from .round import aggregate, client_update, sample_clients
+from .base import check_positive
+from .fedavg import FederatedRound, FedAvgState
+from .round import Pass, client_update, sample_clients
 from .server_opt import SERVER_KINDS, ServerOpt
 
-__all__ = ["ServerOpt", "SERVER_KINDS", "LocalUpdate", "LocalUpdateState", "MAML", "QuadraticLocalUpdate",
+__all__ = ["ServerOpt", "SERVER_KINDS", "LocalUpdate", "MAML", "QuadraticLocalUpdate",
            "Theta", "theta_K", "theta_1_to_K", "sample_clients", "minibatch_sgd", "lookahead",
            "fedsgd", "fedavg", "fedprox", "fomaml", "maml", "maml_theta"]
 
@@ -49,16 +50,13 @@ def _check_common(alpha, gamma, batch_size, clients_per_round):
 
 
 # ------------------------------------------------------------------------- LocalUpdate (engine)
-@dataclass
-class LocalUpdateState(BaseState):
-    x: Params  # the server model, no leading dim
-    server: dict  # ServerOpt state: a step count and tensors (momentum buffer or Adam moments)
-
-
-class LocalUpdate:
-    """LocalUpdate(Theta, alpha, gamma, B, M, ServerOpt) for any engine model (Algs. 1-2)."""
+class LocalUpdate(FederatedRound):
+    """LocalUpdate(Theta, alpha, gamma, B, M, ServerOpt) for any engine model (Algs. 1-2): the one round
+    (``FederatedRound``) whose clients send pseudo-gradients, averaged uniformly."""
 
     name = "LocalUpdate"
+    sends = "pseudo_gradients"
+    client_steps = FederatedRound.client_steps + ("updates",)
 
     def __init__(self, model, *, theta, gamma: float, alpha: float = 0.0, batch_size: int,
                  clients_per_round: int | None = None, server_opt: ServerOpt | None = None,
@@ -67,14 +65,9 @@ class LocalUpdate:
         self.model = model
         self.theta = _as_theta(theta)
         self.gamma, self.alpha = float(gamma), float(alpha)
-        self.batch_size, self.clients_per_round = batch_size, clients_per_round
-        self.server_opt = server_opt or ServerOpt("gd", 1.0)
+        self.set_round(batch_size=batch_size, clients_per_round=clients_per_round, server_opt=server_opt)
         if name:
             self.name = name
-
-    def init(self, data: FederatedDataset, seed: int, x0: Params | None = None) -> LocalUpdateState:
-        x = self.model.init(seed) if x0 is None else {k: v.clone() for k, v in x0.items()}
-        return LocalUpdateState(data, torch.Generator().manual_seed(seed), seed, 0, x, self.server_opt.init(x))
 
     def client_updates(self, x: Params, data: FederatedDataset, clients: Tensor,
                        generator: torch.Generator) -> Params:
@@ -82,14 +75,15 @@ class LocalUpdate:
         return client_update(self.model, broadcast(x, len(clients)), data, clients, theta=self.theta.weights,
                              gamma=self.gamma, alpha=self.alpha, batch_size=self.batch_size, generator=generator)
 
-    def round(self, s: LocalUpdateState) -> LocalUpdateState:
-        clients = sample_clients(s.data.num_clients, self.clients_per_round, s.generator)
-        q = aggregate(self.client_updates(s.x, s.data, clients, s.generator))
-        x, server = self.server_opt.step(s.x, q, s.server)
-        return LocalUpdateState(s.data, s.generator, s.seed, s.round + 1, x, server)
+    def updates(self, x: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
+        return self.client_updates(x, data, clients, generator)
 
-    def personalized(self, s: LocalUpdateState) -> Params:
-        return broadcast(s.x, s.data.num_clients)
+    def batch_schedule(self, clients: Tensor) -> Tensor:
+        """The one ``sample_indices`` call of ``client_updates``: [K, M]."""
+        return expand_schedule(clients, self.theta.K)
+
+    def client_pass(self, s: FedAvgState, clients: Tensor) -> Pass:
+        return Pass("updates", clients, s.w, s.generator, self.batch_schedule(clients), self.batch_size, shared=True)
 
 
 class MAML(LocalUpdate):
@@ -125,6 +119,10 @@ class MAML(LocalUpdate):
         idx = idx.transpose(0, 1)  # [M, K+1, B]
         xs, ys = data.x_train[idx], data.y_train[idx]
         return self._meta_grad(broadcast(x, m), xs[:, :K], ys[:, :K], xs[:, K], ys[:, K])
+
+    def batch_schedule(self, clients: Tensor) -> Tensor:
+        """The one ``sample_indices`` call of ``client_updates``: [K + 1, M] (K inner batches, one outer)."""
+        return expand_schedule(clients, self.inner_steps + 1)
 
 
 # ------------------------------------------------------------------------------- Table 1 presets

@@ -40,6 +40,7 @@ from ..engine.functional import FunctionalModel
 from ..engine.params import Params, broadcast
 from .base import check_positive, eval_generator
 from .fedavg import FedAvg, FedAvgState
+from .round import Pass
 
 VARIANTS = ("fo", "hf")
 HVP_KINDS = ("finite_difference", "exact")
@@ -54,6 +55,8 @@ class PerFedAvg(FedAvg):
     Official-code defaults (alpha / beta): MNIST logistic .03/.003, MNIST MLP .02/.001, Synthetic
     logistic .02/.002, Synthetic MLP .01/.001 (batch 20, tau = 20).
     """
+
+    client_steps = FedAvg.client_steps + ("adapted",)
 
     def __init__(self, model: FunctionalModel, *, alpha: float, beta: float, local_steps: int,
                  batch_size: int, variant: str = "fo", hvp: str = "finite_difference",
@@ -113,17 +116,22 @@ class PerFedAvg(FedAvg):
         m, parts = len(clients), 3 if self.variant == "hf" else 2
         return clients.view(1, 1, m).expand(self.local_steps, parts, m)
 
-    # ------------------------------------------------------------------ protocol (FedAvg's round)
-    def client_work(self, w: Params, data: FederatedDataset, clients: Tensor, generator: torch.Generator) -> Params:
+    # ------------------------------------------------------------------ the one round with Per-FedAvg's client step
+    def local_models(self, w: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
         return self.client_updates(w, data, clients, generator)
 
-    def personal_schedule(self, n: int) -> Tensor:
-        return torch.arange(n).unsqueeze(0)
+    def client_pass(self, s: FedAvgState, clients: Tensor) -> Pass:
+        return Pass("local_models", clients, s.w, s.generator, self.batch_schedule(clients), self.batch_size,
+                    shared=True)
 
-    def personalized(self, s: FedAvgState) -> Params:
-        """w - alpha g(w; D_i) for every client i, D_i a training minibatch from eval_generator."""
-        n = s.data.num_clients
-        idx = s.data.sample_indices(self.personal_schedule(n), self.batch_size, eval_generator(s))[0]
-        v = broadcast(s.w, n)
-        g, _ = self.model.batched_grad(v, s.data.x_train[idx], s.data.y_train[idx])
+    def adapted(self, w: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
+        """w - alpha g(w; D_i) for every listed client i, D_i one training minibatch."""
+        idx = data.sample_indices(clients.unsqueeze(0), self.batch_size, generator)[0]
+        v = broadcast(w, len(clients))
+        g, _ = self.model.batched_grad(v, data.x_train[idx], data.y_train[idx])
         return {k: p - self.alpha * g[k] for k, p in v.items()}
+
+    def personalize_pass(self, s: FedAvgState) -> Pass:
+        """w - alpha g(w; D_i) for every client i, D_i a training minibatch from eval_generator."""
+        clients = torch.arange(s.data.num_clients)
+        return Pass("adapted", clients, s.w, eval_generator(s), clients.unsqueeze(0), self.batch_size, shared=True)

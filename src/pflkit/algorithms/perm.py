@@ -34,8 +34,7 @@ the Latin square of Alg. 1. ``benchmarks/results/perm_investigation.md`` compare
 """
 from __future__ import annotations
 
-import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -44,11 +43,11 @@ from torch import Tensor
 from ..data.federated import FederatedDataset
 from ..engine.functional import FunctionalModel
 from ..engine.full_batch import full_gradients, full_gradients_at
-from ..engine.local_sgd import local_sgd
+from ..engine.local_sgd import expand_schedule, local_sgd
 from ..engine.params import Params, apply_masks, broadcast, flatten
 from ..models.width import intersect
-from .base import BaseState, check_batch_size, check_positive
-from .round import aggregate, local_round
+from .base import BaseState, check_batch_size, check_positive, eval_generator
+from .round import Pass, PassRound, aggregate, local_round, mask_extra, masks_of, run_passes
 
 ALPHA_SOLVERS = ("exact", "gd")
 ALPHA_INITS = ("uniform", "estimate")
@@ -234,6 +233,7 @@ class PERMState(BaseState):
     alpha: Tensor | None  # [N, N]
     sigma: Tensor | None  # the current epoch's permutation
     shuffle_round: int  # rounds since personalization started
+    grad_mean: Params | None = None  # the clients' mean exact gradient at w, kept by the last alpha update
 
 
 def set_perm_settings(obj, *, local_steps: int, lr: float, batch_size: int | None, lam: float, alpha_solver: str,
@@ -268,7 +268,7 @@ def set_perm_settings(obj, *, local_steps: int, lr: float, batch_size: int | Non
     obj.visit = visit
 
 
-class PERM:
+class PERM(PassRound):
     """Personalized ERM by model shuffling; see the module docstring for the round accounting.
 
     lr: eta of the shuffling steps (the model-i step on client j is eta * alpha_i(j) * N).
@@ -281,9 +281,11 @@ class PERM:
     visit: 'shuffle' (Alg. 1 as written, default) or 'alpha' (each round, model i visits a client drawn
     with probability alpha_ij and takes plain steps eta; see the module docstring).
 
-    The round is written here once for PERM and PERM-hetero (``algorithms.perm_hetero.PERMHetero``),
-    which supplies sub-model masks through ``personal_masks`` / ``round_masks`` and its own mixing
-    weights (``_alpha``); PERM is the case without masks (every model full width).
+    The round is written here once, as passes (``algorithms.round``), for PERM and PERM-hetero
+    (``algorithms.perm_hetero.PERMHetero``), which supplies sub-model masks through ``personal_masks`` /
+    ``round_masks`` and its own mixing weights (``alpha_passes``); PERM is the case without masks (every
+    model full width). Its client steps: the warm-up's local models, the visiting models' K steps, and
+    the clients' gradients at the global model (for the global step and alpha).
     """
 
     name = "PERM"
@@ -308,34 +310,54 @@ class PERM:
         """M_j^t: the sub-models of the global model's training this round (None: full width)."""
         return None
 
-    def _alpha(self, s: PERMState, init: Tensor | None) -> Tensor:
-        """alpha at the current global model: exact, or ``alpha_steps`` GD steps warm-started at ``init``.
-
-        With exact gradients, their mean over clients is kept for the next global step: w does not move
-        between an alpha update and the next global step, so that step needs no pass of its own."""
+    def alpha_passes(self, s: PERMState, init: Tensor | None):
+        """alpha at the current global model from the clients' gradients (one pass): exact, or ``alpha_steps``
+        GD steps warm-started at ``init``. With exact gradients their mean is kept in the state for the next
+        global step: w does not move between an alpha update and the next global step."""
+        grads = yield self.gradient_pass(s, None)
         if self.alpha_samples is None:
-            per_client = full_gradients_at(self.model, s.w, s.data)
-            # weak references: the kept mean never holds a federation or a model alive
-            self._mean_grad = (weakref.ref(s.data), {k: (weakref.ref(t), t._version) for k, t in s.w.items()},
-                               {k: g.mean(0) for k, g in per_client.items()})
-            grads = flatten(per_client)
-        else:
-            grads = client_gradients(self.model, s.w, s.data, self.alpha_samples, s.generator)
-        return self.alpha_from_gradients(s, grads, init)
+            s.grad_mean = {k: g.mean(0) for k, g in grads.items()}
+        return self.alpha_from_gradients(s, flatten(grads), init)
 
     def alpha_from_gradients(self, s: PERMState, grads: Tensor, init: Tensor | None) -> Tensor:
         """The alpha update from the clients' gradients at the global model (rows [N, P])."""
         return alpha_from_gradients(grads, s.data.train_sizes, self.lam, solver=self.alpha_solver,
                                     steps=self.alpha_steps, init=init)
 
-    def _mean_gradient(self, s: PERMState) -> Params:
-        """(1/N) sum_j grad f_j(w), exact, at the current w: the mean ``_alpha`` kept if it was taken at this
-        w (the same tensors, unchanged since), else one pass (``engine.full_gradients_at``)."""
-        data, w, mean = getattr(self, "_mean_grad", (lambda: None, {}, None))
-        if data() is s.data and w.keys() == s.w.keys() and all(t() is s.w[k] and s.w[k]._version == v
-                                                               for k, (t, v) in w.items()):
-            return mean
-        return {k: g.mean(0) for k, g in full_gradients_at(self.model, s.w, s.data).items()}
+    # -- the client steps
+    client_steps = PassRound.client_steps + ("warmup_models", "visiting_steps", "gradients", "masked_gradients")
+
+    def warmup_models(self, w: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
+        """A FedAvg warm-up round's local models (with masks: the clients' sub-models)."""
+        return local_round(self.model, w, data, clients, steps=self.local_steps, lr=self.warmup_lr,
+                           batch_size=self.batch_size, generator=generator, masks=masks_of(extra))
+
+    def visiting_steps(self, v: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
+        """K SGD steps of every visiting model on its host client, at the step sizes ``extra['lr']`` (Alg. 1's
+        eta alpha_i(c) N; without it the plain eta of alpha visits), on the slices ``extra``'s masks give."""
+        v, _ = local_sgd(self.model, v, data, clients, steps=self.local_steps, lr=extra.get("lr", self.lr),
+                         batch_size=self.batch_size, generator=generator, masks=masks_of(extra))
+        return v
+
+    def gradients(self, w: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
+        """grad f_j(w) of every client (``local_gradients``: exact, or from alpha_samples rows)."""
+        return local_gradients(self.model, w, data, self.alpha_samples, generator)
+
+    def masked_gradients(self, w: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
+        """grad f_j(M_j (.) w) of every client's sub-model M_j (``extra``'s masks)."""
+        stacked = apply_masks(broadcast(w, len(clients)), masks_of(extra))
+        if self.alpha_samples is None:
+            grads, _ = full_gradients(self.model, stacked, data)
+            return grads
+        idx = data.sample_indices(clients, self.alpha_samples, generator)
+        grads, _ = self.model.batched_grad(stacked, data.x_train[idx], data.y_train[idx])
+        return grads
+
+    def gradient_pass(self, s: PERMState, masks: Params | None) -> Pass:
+        everyone = torch.arange(s.data.num_clients)
+        schedule = None if self.alpha_samples is None else everyone
+        return Pass("gradients" if masks is None else "masked_gradients", everyone, s.w, s.generator, schedule,
+                    self.alpha_samples, shared=True, extra=mask_extra(masks))
 
     # -- the round
     def _period(self, n: int) -> int | None:
@@ -352,9 +374,11 @@ class PERM:
                          None, 0)
 
     def init(self, data: FederatedDataset, seed: int) -> PERMState:
-        s = self.initial_state(data, seed)
+        return run_passes(self, self.start_passes(self.initial_state(data, seed)), data)
+
+    def start_passes(self, s: PERMState):
         if self.warmup_rounds == 0:
-            self.start_personalization(s)
+            yield from self.personalization_passes(s)
         return s
 
     def _broadcast_personal(self, s: PERMState) -> Params:
@@ -362,71 +386,66 @@ class PERM:
         masks = self.personal_masks(s.data)
         return v if masks is None else apply_masks(v, masks)
 
-    def start_personalization(self, s: PERMState, alpha: Tensor | None = None):
-        """Personalization starts: v_i = w, alpha uniform or estimated at w (``alpha``: that estimate,
-        computed elsewhere, e.g. by a federated engine from the clients' gradients)."""
+    def personalization_passes(self, s: PERMState):
+        """Personalization starts: v_i = w, alpha uniform or estimated at w."""
         n = s.data.num_clients
         s.v = self._broadcast_personal(s)
         if self.alpha_init == "uniform":
             s.alpha = torch.full((n, n), 1.0 / n, dtype=torch.float64, device=s.data.device)
         else:
-            s.alpha = self._alpha(s, None) if alpha is None else alpha
+            s.alpha = yield from self.alpha_passes(s, None)
 
-    def round(self, s: PERMState) -> PERMState:
+    def round_passes(self, s: PERMState):
         data, n = s.data, s.data.num_clients
         masks = self.round_masks(s)
-        s = PERMState(**{**s.__dict__, "round": s.round + 1})
+        s = replace(s, round=s.round + 1)
         if s.v is None:  # FedAvg warm-up round (partial training with masks)
-            local = local_round(self.model, s.w, data, torch.arange(n), steps=self.local_steps, lr=self.warmup_lr,
-                                batch_size=self.batch_size, generator=s.generator, masks=masks)
-            s.w = aggregate(local, masks=masks, base=s.w)
+            everyone = torch.arange(n)
+            local = yield Pass("warmup_models", everyone, s.w, s.generator, expand_schedule(everyone, self.local_steps),
+                               self.batch_size, shared=True, extra=mask_extra(masks))
+            s.w, s.grad_mean = aggregate(local, masks=masks, base=s.w), None
             if s.round >= self.warmup_rounds:
-                self.start_personalization(s)
+                yield from self.personalization_passes(s)
             return s
         if self.visit == "alpha":
-            s.v = alpha_visit_steps(self.model, s.v, data, s.alpha, local_steps=self.local_steps, lr=self.lr,
-                                    batch_size=self.batch_size, generator=s.generator,
-                                    masks=self.personal_masks(data))
+            clients, extra = alpha_visit_clients(s.alpha, s.generator), {}
         else:
             step = s.shuffle_round % n
             if step == 0:
                 s.sigma = torch.randperm(n, generator=s.generator)
-            s.v = shuffle_steps(self.model, s.v, data, s.alpha, s.sigma, step, local_steps=self.local_steps,
-                                lr=self.lr, batch_size=self.batch_size, generator=s.generator,
-                                masks=self.personal_masks(data))
+            clients = shuffle_clients(s.sigma, step)
+            extra = {"lr": shuffle_step_sizes(s.alpha, clients, self.lr, data.device)}
+        personal = self.personal_masks(data)
+        if personal is not None:  # the visiting rule: model i on client c trains m_i AND m_c
+            extra.update(mask_extra(intersect(personal, {k: m[clients.to(m.device)] for k, m in personal.items()})))
+        s.v = yield Pass("visiting_steps", clients, s.v, s.generator, expand_schedule(clients, self.local_steps),
+                         self.batch_size, extra=extra)
         s.shuffle_round += 1
         if self.update_due(s):
-            self._global_step(s, masks)
-            s.alpha = self._alpha(s, init=s.alpha)
+            yield from self.global_passes(s, masks)
+            s.alpha = yield from self.alpha_passes(s, s.alpha)
         return s
 
-    def _global_step(self, s: PERMState, masks: Params | None):
-        """w <- w - gamma * mean_i (1/M) sum grad f_i(w; xi), ``global_steps`` times (with masks: the
-        coordinate-wise mean over the clients covering it of M_j (.) grad f_j(M_j (.) w))."""
-        n = s.data.num_clients
+    def global_passes(self, s: PERMState, masks: Params | None):
+        """The single loop's global step(s) on ``s``: w <- w - gamma * (the clients' mean gradient at w)."""
         for _ in range(self.global_steps):
-            if masks is None and self.alpha_samples is None:  # the clients' exact mean gradient
-                step = self._mean_gradient(s)
-                s.w = {k: v - self.global_lr * step[k] for k, v in s.w.items()}
-                continue
-            if masks is None:
-                grads = local_gradients(self.model, s.w, s.data, self.alpha_samples, s.generator)
+            if masks is None and s.grad_mean is not None:  # kept by the alpha update at this w
+                step = s.grad_mean
             else:
-                stacked = apply_masks(broadcast(s.w, n), masks)
-                if self.alpha_samples is None:
-                    grads, _ = full_gradients(self.model, stacked, s.data)
-                else:
-                    idx = s.data.sample_indices(torch.arange(n), self.alpha_samples, s.generator)
-                    grads, _ = self.model.batched_grad(stacked, s.data.x_train[idx], s.data.y_train[idx])
-            s.w = self.global_update(s.w, grads, masks)
+                grads = yield self.gradient_pass(s, masks)
+                step = _mean_step(grads, masks, s.w)
+            s.w, s.grad_mean = {k: v - self.global_lr * step[k] for k, v in s.w.items()}, None
 
-    def global_update(self, w: Params, grads: Params, masks: Params | None = None) -> Params:
-        """One global step from the clients' gradients (stacked [N, ..]): w - gamma * mean_j grad_j (with
-        masks: the coordinate-wise mean over the clients covering it)."""
-        if masks is None:
-            return {k: v - self.global_lr * grads[k].mean(0) for k, v in w.items()}
-        step = aggregate(grads, masks=masks, base={k: torch.zeros_like(p) for k, p in w.items()})
-        return {k: p - self.global_lr * step[k] for k, p in w.items()}
+    def personalize_pass(self, s: PERMState) -> Pass:
+        return Pass("given", torch.arange(s.data.num_clients), self.personalized_models(s), eval_generator(s))
 
-    def personalized(self, s: PERMState) -> Params:
+    def personalized_models(self, s: PERMState) -> Params:
         return self._broadcast_personal(s) if s.v is None else s.v
+
+
+def _mean_step(grads: Params, masks: Params | None, w: Params) -> Params:
+    """The global step's direction from the clients' gradients [N, ..]: their mean (with masks: the
+    coordinate-wise mean over the clients covering it)."""
+    if masks is None:
+        return {k: g.mean(0) for k, g in grads.items()}
+    return aggregate(grads, masks=masks, base={k: torch.zeros_like(p) for k, p in w.items()})

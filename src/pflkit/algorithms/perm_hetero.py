@@ -64,12 +64,12 @@ from .. import seeds
 from ..data.federated import FederatedDataset
 from ..engine.functional import FunctionalModel
 from ..engine.full_batch import full_gradients
-from ..engine.local_sgd import local_sgd
+from ..engine.local_sgd import expand_schedule, local_sgd
 from ..engine.params import Params, apply_masks, broadcast, flatten
 from ..models.width import EXTRACTIONS, WidthSpec, check_fractions, masks_for, num_parameters
 from .base import BaseState, check_batch_size, check_positive, eval_generator
 from .perm import ALPHA_SOLVERS, PERM, PERMState, discrepancies, projected_gd, set_perm_settings, water_filling
-from .round import aggregate, local_round
+from .round import Pass, PassRound, aggregate, local_round, mask_extra, masks_of
 
 DISCREPANCIES = ("paper", "shared")
 
@@ -213,13 +213,16 @@ class PartialState(BaseState):
     w: Params  # server model (full width)
 
 
-class PartialFedAvg(_WidthMasks):
+class PartialFedAvg(_WidthMasks, PassRound):
     """Partial-training FedAvg (HeteroFL with ``static``, FedRolex with ``rolling`` extraction).
 
     Client i trains the sub-model of width ``fractions[i]`` each round; the server averages every
     coordinate over its covering clients. Personalized model: client i's static width-r_i slice of
     w, fine-tuned on its own training data for ``finetune_steps`` masked SGD steps (0: none).
     ``fractions`` all equal to r gives FedAvg of a width-r model for everyone."""
+
+    client_steps = PassRound.client_steps + ("sub_models", "finetuned_sub_models")
+    federated = "its sub-models come from a WidthSpec, which a federated run's spec does not carry"
 
     def __init__(self, model: FunctionalModel, spec: WidthSpec, *, fractions: Sequence[float], extraction: str,
                  local_steps: int, lr: float, batch_size: int | None, finetune_steps: int = 0,
@@ -241,20 +244,31 @@ class PartialFedAvg(_WidthMasks):
         self._check_data(data)
         return PartialState(data, torch.Generator().manual_seed(seed), seed, 0, self.model.init(seed))
 
-    def round(self, s: PartialState) -> PartialState:
-        masks = self.round_masks(s)
-        local = local_round(self.model, s.w, s.data, torch.arange(s.data.num_clients), steps=self.local_steps,
-                            lr=self.lr, batch_size=self.batch_size, generator=s.generator, masks=masks)
+    def sub_models(self, w: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
+        """K masked SGD steps of every listed client's sub-model of w (``extra``'s masks)."""
+        return local_round(self.model, w, data, clients, steps=self.local_steps, lr=self.lr,
+                           batch_size=self.batch_size, generator=generator, masks=masks_of(extra))
+
+    def finetuned_sub_models(self, w: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
+        """Every listed client's static slice of w, fine-tuned for ``finetune_steps`` masked SGD steps."""
+        masks = masks_of(extra)
+        v = apply_masks(broadcast(w, len(clients)), masks)
+        if self.finetune_steps:
+            v, _ = local_sgd(self.model, v, data, clients, steps=self.finetune_steps, lr=self.finetune_lr,
+                             batch_size=self.batch_size, generator=generator, masks=masks)
+        return v
+
+    def round_passes(self, s: PartialState):
+        masks, everyone = self.round_masks(s), torch.arange(s.data.num_clients)
+        local = yield Pass("sub_models", everyone, s.w, s.generator, expand_schedule(everyone, self.local_steps),
+                           self.batch_size, shared=True, extra=mask_extra(masks))
         return PartialState(s.data, s.generator, s.seed, s.round + 1, aggregate(local, masks=masks, base=s.w))
 
-    def personalized(self, s: PartialState) -> Params:
-        n = s.data.num_clients
-        masks = self.personal_masks(s.data)
-        v = apply_masks(broadcast(s.w, n), masks)
-        if self.finetune_steps:
-            v, _ = local_sgd(self.model, v, s.data, torch.arange(n), steps=self.finetune_steps, lr=self.finetune_lr,
-                             batch_size=self.batch_size, generator=eval_generator(s), masks=masks)
-        return v
+    def personalize_pass(self, s: PartialState) -> Pass:
+        everyone = torch.arange(s.data.num_clients)
+        schedule = expand_schedule(everyone, self.finetune_steps) if self.finetune_steps else None
+        return Pass("finetuned_sub_models", everyone, s.w, eval_generator(s), schedule, self.batch_size, shared=True,
+                    extra=mask_extra(self.personal_masks(s.data)))
 
 
 # --------------------------------------------------------------------------- PERM-hetero
@@ -279,7 +293,8 @@ class PERMHetero(_WidthMasks, PERM):
                  alpha_solver: str = "gd", alpha_steps: int = 20, alpha_samples: int | None = None,
                  global_lr: float = 0.1, global_steps: int = 1, warmup_rounds: int = 0,
                  warmup_lr: float | None = None, alpha_init: str = "uniform",
-                 update_every: int | None | str = "epoch", discrepancy: str = "paper", name: str | None = None):
+                 update_every: int | None | str = "epoch", visit: str = "shuffle", discrepancy: str = "paper",
+                 name: str | None = None):
         _set_widths(self, model, spec, fractions, extraction)
         if discrepancy not in DISCREPANCIES:
             raise ValueError(f"discrepancy must be one of {DISCREPANCIES}, got {discrepancy!r}")
@@ -288,16 +303,20 @@ class PERMHetero(_WidthMasks, PERM):
         set_perm_settings(self, local_steps=local_steps, lr=lr, batch_size=batch_size, lam=lam,
                           alpha_solver=alpha_solver, alpha_steps=alpha_steps, alpha_samples=alpha_samples,
                           global_lr=global_lr, global_steps=global_steps, warmup_rounds=warmup_rounds,
-                          warmup_lr=warmup_lr, alpha_init=alpha_init, update_every=update_every)
+                          warmup_lr=warmup_lr, alpha_init=alpha_init, update_every=update_every, visit=visit)
         if name is not None:
             self.name = name
 
-    def _alpha(self, s: PERMState, init: Tensor | None) -> Tensor:
+    federated = "PERM-hetero's alpha update reads every client's masked gradients at several widths in one process"
+
+    def alpha_passes(self, s: PERMState, init: Tensor | None):
+        """Sec. 3.3's alpha at the current global model, computed in this process (no pass)."""
         solver = "gd" if init is not None else self.alpha_solver
         return hetero_mixing_weights(self.model, s.w, self.personal_masks(s.data), s.data, self.lam,
                                      complexity=self.complexity, solver=solver, steps=self.alpha_steps,
                                      samples=self.alpha_samples, generator=s.generator, init=init,
                                      discrepancy=self.discrepancy, spec=self.spec, fractions=self.fractions)
+        yield
 
     def init(self, data: FederatedDataset, seed: int) -> PERMState:
         if len(self.fractions) != data.num_clients:

@@ -39,6 +39,8 @@ from ..engine.functional import FunctionalModel
 from ..engine.params import Params, broadcast
 from .base import check_positive, eval_generator
 from .fedavg import FedAvg, FedAvgState
+from .round import Pass
+from .server_opt import ServerOpt
 
 
 class PFedMe(FedAvg):
@@ -52,6 +54,7 @@ class PFedMe(FedAvg):
     """
 
     name = "pFedMe"
+    client_steps = FedAvg.client_steps + ("personal_models",)
 
     def __init__(self, model: FunctionalModel, *, lr: float, personal_lr: float, lam: float,
                  local_steps: int, batch_size: int, inner_steps: int = 5, beta: float = 1.0,
@@ -59,12 +62,12 @@ class PFedMe(FedAvg):
         if batch_size is None:
             raise ValueError("batch_size must be an integer > 0 (pFedMe draws one minibatch per local "
                              "step), got None")
+        self.beta = check_positive("beta", beta)
         super().__init__(model, local_steps=local_steps, lr=lr, batch_size=batch_size,
-                         clients_per_round=clients_per_round, weighting=weighting)
+                         clients_per_round=clients_per_round, weighting=weighting, server_opt=ServerOpt("gd", beta))
         self.personal_lr = check_positive("personal_lr", personal_lr)
         self.lam = check_positive("lam", lam)
         self.inner_steps = check_positive("inner_steps", inner_steps, integer=True)
-        self.beta = check_positive("beta", beta)
 
     def client_updates(self, w: Params, data: FederatedDataset, clients: Tensor,
                        generator: torch.Generator) -> tuple[Params, Params]:
@@ -84,19 +87,20 @@ class PFedMe(FedAvg):
         """The one ``sample_indices`` call of ``client_updates``: [R, M]."""
         return clients.unsqueeze(0).expand(self.local_steps, len(clients))
 
-    # -- FedAvg's round with pFedMe's client work and server mixing
-    def client_work(self, w: Params, data: FederatedDataset, clients: Tensor, generator: torch.Generator) -> Params:
+    # -- the one round (``FederatedRound``) with pFedMe's client step; the server mixing is ServerOpt gd at lr beta
+    def local_models(self, w: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
         local, _ = self.client_updates(w, data, clients, generator)
         return local
 
-    def server_update(self, s: FedAvgState, clients: Tensor, local: Params) -> Params:
-        avg = self.aggregate(s, clients, local)
-        return avg if self.beta == 1 else {k: (1 - self.beta) * s.w[k] + self.beta * avg[k] for k in avg}
-
-    def personal_schedule(self, n: int) -> Tensor:
-        return self.batch_schedule(torch.arange(n))
-
-    def personalized(self, s: FedAvgState) -> Params:
-        n = s.data.num_clients
-        _, theta = self.client_updates(s.w, s.data, torch.arange(n), eval_generator(s))
+    def personal_models(self, w: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
+        _, theta = self.client_updates(w, data, clients, generator)
         return theta
+
+    def client_pass(self, s: FedAvgState, clients: Tensor) -> Pass:
+        return Pass("local_models", clients, s.w, s.generator, self.batch_schedule(clients), self.batch_size,
+                    shared=True)
+
+    def personalize_pass(self, s: FedAvgState) -> Pass:
+        clients = torch.arange(s.data.num_clients)
+        return Pass("personal_models", clients, s.w, eval_generator(s), self.batch_schedule(clients),
+                    self.batch_size, shared=True)

@@ -1,21 +1,28 @@
-"""The parts every federated round is composed of, written once:
+"""The one federated round, and the parts it is composed of, written once:
 
-    sample_clients -> client update (``engine.local_sgd``: :func:`local_round` for FedAvg's local
-    models, :func:`client_update` for LocalUpdate's Theta-weighted output) -> aggregate -> server
-    optimizer (``algorithms.server_opt``)
+    participants (``sample_clients``) -> client step (a :class:`Pass`: the algorithm's own client code on
+    the clients, stacked) -> ``aggregate`` -> server step (``ServerOpt``; plain GD at lr 1 is FedAvg)
 
-Partial training (sub-models of one server model, ``models.width``) is the same round with masks.
+:class:`FederatedRound` is that round. FedAvg, localized FedAvg, Per-FedAvg, pFedMe, LocalUpdate (MAML,
+FedProx, Reptile, FOMAML, FedAdam) are configurations of it: a client step and its settings. PERM and
+PERM-hetero write their rounds as passes too (alpha and the shuffle are their own).
 
-FedAvg, localized FedAvg, Per-FedAvg, pFedMe, partial-training FedAvg, PERM's warm-up,
-LocalUpdate/MAML/FedProx/Reptile and the Charles et al. grid runner draw their clients and average
-their clients' outputs here. A client update is a call
-for a set of clients stacked as models; called for one client alone it gives that client's result
-inside the batch (tested), which is the seam a federated engine calls.
+**A round is a generator of passes.** ``round_passes(state)`` yields one :class:`Pass` at a time (which
+client step, on which clients, from which models, with which draws) and receives the stacked outputs;
+it returns the new state. In one process :func:`run_passes` runs each pass for all its clients at once
+(``round``); a federated engine (``pflkit.flower``) sends each client its slice of the same pass and
+runs the same client step there, so both run the same round body. Evaluation is a pass too
+(``personalize_pass``: the client step that makes the personalized models).
+
+Partial training (sub-models of one server model, ``models.width``) is the same parts with masks.
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from collections.abc import Generator
+from dataclasses import dataclass, field
 
 from ..data.federated import FederatedDataset
 from ..engine.local_sgd import local_sgd
@@ -70,11 +77,13 @@ def aggregate(local: Params, weights: Tensor | None = None, radius: float | None
             out[k] = torch.where(count > 0, (local[k] * masks[k]).sum(0) / count.clamp_min(1), p)
         return out
     w = mean(local, weights)
-    if radius is not None:
-        norm = torch.sqrt(sum((v ** 2).sum() for v in w.values()))
-        if norm > radius:
-            w = {k: v * (radius / norm) for k, v in w.items()}
-    return w
+    return w if radius is None else project_ball(w, radius)
+
+
+def project_ball(w: Params, radius: float) -> Params:
+    """w projected onto the l2 ball of ``radius`` (PERM's Alg. 3's W)."""
+    norm = torch.sqrt(sum((v ** 2).sum() for v in w.values()))
+    return {k: v * (radius / norm) for k, v in w.items()} if norm > radius else w
 
 
 def client_update(model, start: Params, data: FederatedDataset, clients: Tensor, *, theta: Tensor,
@@ -89,3 +98,90 @@ def client_update(model, start: Params, data: FederatedDataset, clients: Tensor,
                         # [K, M] explicitly: a [K] vector is read as per-model when K == M
                         grad_weights=theta.float().unsqueeze(1).expand(len(theta), m))
     return q
+
+
+# --------------------------------------------------------------------------- a round as passes
+@dataclass
+class Pass:
+    """One exchange of a round: every model of ``models`` goes to its client in ``clients``, runs the
+    algorithm's client step ``step`` there and comes back.
+
+    ``step``: the name of one of the algorithm's ``client_steps``, a method
+    ``step(models, data, clients, generator, extra) -> Params`` (outputs stacked [M, ..] in the order of
+    ``clients``); ``clients`` [M] (a client may host several models); ``models``: stacked [M, ..], or with
+    ``shared`` one model every client starts from; ``extra``: per-model tensors [M, ..] (e.g. step sizes);
+    ``generator``: where the step's minibatch rows come from, in ONE ``data.sample_indices(schedule,
+    batch_size, generator)`` call (``schedule``: client axis last; None or batch_size None: no draw), so a
+    federated server can draw them and send each client its rows."""
+
+    step: str
+    clients: Tensor
+    models: Params
+    generator: torch.Generator
+    schedule: Tensor | None = None
+    batch_size: int | None = None
+    shared: bool = False
+    extra: dict[str, Tensor] = field(default_factory=dict)
+
+
+Passes = Generator[Pass, Params, object]
+
+
+def mask_extra(masks: Params | None) -> dict[str, Tensor]:
+    """Sub-model masks [M, ..] as a pass's per-model values (``masks_of`` reads them back in the step)."""
+    return {} if masks is None else {"mask." + k: m for k, m in masks.items()}
+
+
+def masks_of(extra: dict[str, Tensor]) -> Params | None:
+    masks = {k[len("mask."):]: m for k, m in extra.items() if k.startswith("mask.")}
+    return masks or None
+
+
+def run_step(algorithm, p: Pass, data: FederatedDataset) -> Params:
+    """The pass's client step for all its clients at once (in this process, on the whole federation)."""
+    if p.step not in algorithm.client_steps:
+        raise ValueError(f"{type(algorithm).__name__} has client steps {algorithm.client_steps}, got {p.step!r}")
+    return getattr(algorithm, p.step)(p.models, data, p.clients, p.generator, p.extra)
+
+
+def run_passes(algorithm, passes: Passes, data: FederatedDataset):
+    """Run a round's passes in this process, each for all its clients at once; returns the round's value."""
+    try:
+        p = next(passes)
+        while True:
+            p = passes.send(run_step(algorithm, p, data))
+    except StopIteration as stop:
+        return stop.value
+
+
+class PassRound:
+    """What a method whose round is written as passes gets: ``round`` and ``personalized`` run in this
+    process, and the two client steps that hand models over unchanged."""
+
+    #: the methods a client may be asked to run (a federated client refuses any other name)
+    client_steps: tuple[str, ...] = ("given", "global_model")
+    #: whether a federated engine (``pflkit.flower``) can run the method (False: it says why)
+    federated: bool | str = True
+
+    def initial_state(self, data: FederatedDataset, seed: int):
+        """The state before ``start_passes`` (for most methods, ``init``'s)."""
+        return self.init(data, seed)
+
+    def round(self, s):
+        return run_passes(self, self.round_passes(s), s.data)
+
+    def personalized(self, s) -> Params:
+        return run_step(self, self.personalize_pass(s), s.data)
+
+    def start_passes(self, s) -> Passes:
+        """Passes before round 1, updating ``s`` (none by default)."""
+        return s
+        yield
+
+    def given(self, models: Params, data, clients, generator, extra) -> Params:
+        """The personalized models the server holds, unchanged."""
+        return models
+
+    def global_model(self, w: Params, data, clients: Tensor, generator, extra) -> Params:
+        """The one global model as every listed client's model."""
+        return broadcast(w, len(clients))

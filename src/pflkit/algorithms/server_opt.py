@@ -106,6 +106,15 @@ class ServerOpt:
         x, buf = momentum_step(x, q, state["buf"], self.lr, self.momentum, self.kind == "nesterov")
         return x, {"step": t, "buf": buf}
 
+    def step_to(self, x: Params, target: Params, state: dict) -> tuple[Params, dict]:
+        """The step towards a target model (the clients' average model): pseudo-gradient x - target.
+        gd takes it as (1 - lr) x + lr target (pFedMe's server mixing; at lr 1 the target itself, which is
+        model averaging exactly, without the rounding of x - (x - target))."""
+        if self.kind != "gd":
+            return self.step(x, {k: x[k] - target[k] for k in x}, state)
+        new = target if self.lr == 1 else {k: (1 - self.lr) * x[k] + self.lr * target[k] for k in target}
+        return new, {**state, "step": state["step"] + 1}
+
     def __repr__(self) -> str:
         extra = f", momentum={self.momentum:g}" if self.kind in ("heavy_ball", "nesterov") else ""
         return f"ServerOpt({self.kind}, lr={self.lr:g}{extra})"

@@ -27,11 +27,11 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
 
-from .client import DRAW, EVALUATE, GRAD, GRADIENTS, MODEL, TRAIN, FederatedClient, Job, Reply
+from .client import DRAW, EVALUATE, MODEL, TRAIN, FederatedClient, Job, Reply
 from .server import FederatedServer, Pass, Replies, drive, evaluation_due, make_server
 from .spec import RunSpec, specs_from_json
 
-MESSAGE_TYPES = {TRAIN: "train", GRADIENTS: "query.gradients", EVALUATE: "evaluate"}
+MESSAGE_TYPES = {TRAIN: "train", EVALUATE: "evaluate"}
 INFO = "query.info"
 #: seconds between looks at the registered nodes while waiting for all of them
 REGISTRATION_POLL = 0.2
@@ -67,7 +67,7 @@ def tensor_bytes(arrays: dict[str, torch.Tensor]) -> dict[str, int]:
     """Tensor bytes of a job's or reply's models (and gradients), its minibatch draws and the rest."""
     out = {"model": 0, "draws": 0, "other": 0}
     for k, v in arrays.items():
-        part = "model" if k.startswith((MODEL, GRAD)) else "draws" if k.startswith(DRAW) else "other"
+        part = "model" if k.startswith(MODEL) else "draws" if k.startswith(DRAW) else "other"
         out[part] += v.numel() * v.element_size()
     return out
 
@@ -113,7 +113,6 @@ def client_app(specs_json: str | None = None) -> ClientApp:
         return Message(reply_content(client(context, int(job.config.pop("run"))).run(job)), reply_to=message)
 
     app.train()(work)
-    app.query("gradients")(work)
     app.evaluate()(work)
     return app
 

@@ -13,33 +13,23 @@ from dataclasses import dataclass, field, fields
 import torch
 from torch import Tensor
 
-from ..algorithms.fedavg import FedAvgState
-from ..algorithms.perm import local_gradients
-from ..algorithms.round import local_round
 from ..data.federated import FederatedDataset
-from ..engine.local_sgd import local_sgd
 from ..engine.params import Params
 from ..eval import evaluate
 from .spec import RunSpec
 
-# job kinds, and the phases of each (which piece of the algorithm the client runs)
-TRAIN, GRADIENTS, EVALUATE = "train", "gradients", "evaluate"
-PHASES = {
-    TRAIN: ("client_work",   # FedAvg family: Algorithm.client_work(w) (local_round, Per-FedAvg's, pFedMe's update)
-            "warmup",        # PERM's FedAvg warm-up: local_round(w) with warmup_lr
-            "shuffle"),      # PERM: the visiting models' K local_sgd steps at the step sizes sent ("lr")
-    GRADIENTS: ("gradients",),   # PERM: grad f_j(w), exact or from alpha_samples rows (perm.local_gradients)
-    EVALUATE: ("personalize",    # FedAvg family: Algorithm.personalized on this client, then evaluate
-               "given"),         # PERM: evaluate the personalized model sent
-}
-MODEL, GRAD, DRAW = "model.", "grad.", "draw."
+# job kinds: a training pass (its outputs go back to the server) or an evaluation (the client scores them)
+TRAIN, EVALUATE = "train", "evaluate"
+KINDS = (TRAIN, EVALUATE)
+MODEL, EXTRA, DRAW = "model.", "extra.", "draw."
 
 
 @dataclass
 class Job:
-    """One pass's work for one client: ``arrays`` (``model.<name>`` stacked [m, ..] start models,
-    ``draw.<i>`` the rows of the i-th ``sample_indices`` call, ``lr`` [m]) and ``config``
-    (``kind``, ``phase``, ``round``, ``seed``: plain values)."""
+    """One pass's work for one client: ``arrays`` (``model.<name>`` the models it starts from, stacked
+    [m, ..] or one shared model [1, ..]; ``extra.<name>`` per-model values [m, ..]; ``draw.<i>`` the rows of
+    the i-th ``sample_indices`` call) and ``config`` (plain values: ``kind``, ``step`` (the algorithm's
+    client step), ``shared``, ``models`` (m), ``round``, ``seed``)."""
 
     arrays: dict[str, Tensor]
     config: dict
@@ -51,7 +41,7 @@ class Job:
 
 @dataclass
 class Reply:
-    """A client's answer: ``model.<name>`` / ``grad.<name>`` [m, ..] or ``accuracy``/``loss``/``n`` [1],
+    """A client's answer: ``model.<name>`` [m, ..] (the step's outputs) or ``accuracy``/``loss``/``n`` [1],
     and ``metrics`` (plain numbers: the client's compute seconds)."""
 
     arrays: dict[str, Tensor]
@@ -125,47 +115,34 @@ class FederatedClient:
                 "name": self.data.name}
 
     def run(self, job: Job) -> Reply:
+        """Run the job's client step (a method the algorithm lists in ``client_steps``) on this client."""
         start = time.perf_counter()
-        kind, phase = job.kind, job.config.get("phase")
-        if phase not in PHASES.get(kind, ()):
-            raise ValueError(f"job kind must be one of {sorted(PHASES)} with its phases {PHASES}, "
-                             f"got kind {kind!r}, phase {phase!r}")
-        alg, gen = self.algorithm, torch.Generator()  # every draw is replayed: the generator is never read
+        alg, kind, step = self.algorithm, job.kind, job.config.get("step")
+        if kind not in KINDS or step not in alg.client_steps:
+            raise ValueError(f"job kind must be one of {KINDS} and step one of {type(alg).__name__}'s client steps "
+                             f"{alg.client_steps}, got kind {kind!r}, step {step!r}")
         draws = [job.arrays[k] for k in sorted((k for k in job.arrays if k.startswith(DRAW)),
                                                key=lambda k: int(k[len(DRAW):]))]
         data = replaying(self.data, draws)
-        start_models = unprefixed(MODEL, job.arrays)
-        one = torch.zeros(1, dtype=torch.long)
-        if kind == TRAIN:
-            if phase == "client_work":
-                out = prefixed(MODEL, alg.client_work(_single(start_models), data, one, gen))
-            elif phase == "warmup":
-                out = prefixed(MODEL, local_round(alg.model, _single(start_models), data, one, steps=alg.local_steps,
-                                                  lr=alg.warmup_lr, batch_size=alg.batch_size, generator=gen))
-            else:
-                m = next(iter(start_models.values())).shape[0]
-                trained, _ = local_sgd(alg.model, start_models, data, torch.zeros(m, dtype=torch.long),
-                                       steps=alg.local_steps, lr=job.arrays["lr"], batch_size=alg.batch_size,
-                                       generator=gen)
-                out = prefixed(MODEL, trained)
-        elif kind == GRADIENTS:
-            out = prefixed(GRAD, local_gradients(alg.model, _single(start_models), data, alg.alpha_samples, gen))
-        else:
-            if phase == "personalize":
-                state = FedAvgState(data, gen, int(job.config["seed"]), int(job.config["round"]), _single(start_models))
-                personal = alg.personalized(state)
-            else:
-                personal = start_models
-            scores = evaluate(alg.model, personal, data)
-            out = {"accuracy": scores.accuracy, "loss": scores.loss, "n": scores.n.double()}
+        models = unprefixed(MODEL, job.arrays)
+        if job.config["shared"]:
+            models = _single(models)
+        hosted = torch.zeros(int(job.config["models"]), dtype=torch.long)
+        # every draw is replayed: the generator is never read
+        out = getattr(alg, step)(models, data, hosted, torch.Generator(), unprefixed(EXTRA, job.arrays))
         if data.draws:
-            raise RuntimeError(f"{len(data.draws)} of the rows the server sent were not used by the {phase} job "
+            raise RuntimeError(f"{len(data.draws)} of the rows the server sent were not used by the {step} step "
                                "(its draws and the client code are out of step)")
-        return Reply(out, {"seconds": time.perf_counter() - start})
+        if kind == EVALUATE:
+            scores = evaluate(alg.model, out, data)
+            arrays = {"accuracy": scores.accuracy, "loss": scores.loss, "n": scores.n.double()}
+        else:
+            arrays = prefixed(MODEL, out)
+        return Reply(arrays, {"seconds": time.perf_counter() - start})
 
 
 def _single(models: Params) -> Params:
-    """The one model of a stack [1, ..] (the global model a FedAvg-family job carries)."""
+    """The one model of a stack [1, ..] (a shared model: every hosted model starts from it)."""
     n = next(iter(models.values())).shape[0]
     if n != 1:
         raise ValueError(f"this job carries one model, got a stack of {n}")

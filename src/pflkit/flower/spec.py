@@ -7,18 +7,79 @@ and ``RunSpec.for_algorithm`` checks they rebuild it).
 """
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 from dataclasses import asdict, dataclass, field
 
-from ..algorithms import PERM, FedAvg, LocalizedFedAvg, PerFedAvg, PFedMe
+from ..algorithms import (MAML, PERM, FedAvg, Local, LocalizedFedAvg, LocalUpdate, PartialFedAvg, PerFedAvg, PERMHetero,
+                          PFedMe)
+from ..algorithms.server_opt import ServerOpt
+from ..theory.surrogate import Theta
 from ..data.federated import BATCH_ORDERS, FederatedDataset
 from ..data.synthetic import perm_synthetic
 from ..engine.functional import FunctionalModel
 from ..models import MODELS, build
 
-#: the algorithm classes a federated engine runs (exactly these classes: a subclass changes the round)
-METHODS: dict[str, type] = {cls.__name__: cls for cls in (FedAvg, LocalizedFedAvg, PerFedAvg, PFedMe, PERM)}
+#: the algorithm classes a federated engine knows by name; any other method is named by its import path
+#: ("package.module:Class", every process of a run imports it). A class runs only where its ``federated``
+#: is True; otherwise that attribute says why it cannot.
+METHODS: dict[str, type] = {cls.__name__: cls for cls in (FedAvg, LocalizedFedAvg, PerFedAvg, PFedMe, PERM,
+                                                          LocalUpdate, MAML, Local, PartialFedAvg, PERMHetero)}
+#: setting values that are objects, as plain JSON ({"<type>": its fields}) and back
+_VALUE_TYPES = {"ServerOpt": ServerOpt, "Theta": Theta}
+
+
+def method_class(method: str) -> type:
+    """The class a spec's ``method`` names: a key of ``METHODS`` or an import path "module:Class"."""
+    if method in METHODS:
+        return METHODS[method]
+    module, _, name = method.partition(":")
+    if not (module and name):
+        raise ValueError(f"method must be one of {sorted(METHODS)} or an import path 'package.module:Class', "
+                         f"got {method!r}")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"method {method!r} cannot be imported here: {exc}") from None
+    if not hasattr(cls, "round_passes"):
+        raise ValueError(f"method {method!r} is not written as passes (algorithms.round.PassRound)")
+    return cls
+
+
+def method_name(cls: type) -> str:
+    """How a spec names ``cls``: its key in ``METHODS``, else its import path."""
+    if METHODS.get(cls.__name__) is cls:
+        return cls.__name__
+    if cls.__module__ == "__main__" or "<locals>" in cls.__qualname__:
+        raise ValueError(f"a federated engine runs the classes of {sorted(METHODS)} or a class every process can "
+                         f"import (defined at a module's top level), got {cls.__qualname__} in {cls.__module__}")
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def refusal(cls: type) -> str | None:
+    """Why a federated engine cannot run ``cls`` (None: it can)."""
+    reason = getattr(cls, "federated", False)
+    if reason is True:
+        return None
+    return reason or f"{cls.__name__} is not written as passes"
+
+
+def _to_json(value):
+    for name, klass in _VALUE_TYPES.items():
+        if isinstance(value, klass):
+            return {name: {f: _to_json(getattr(value, f)) for f in klass.__dataclass_fields__}}
+    if isinstance(value, tuple):
+        return [_to_json(v) for v in value]
+    return value
+
+
+def _from_json(value):
+    if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in _VALUE_TYPES:
+        name, fields_ = next(iter(value.items()))
+        klass = _VALUE_TYPES[name]
+        return klass(**{f: tuple(v) if isinstance(v, list) else v for f, v in fields_.items()})
+    return value
 #: the data builders a client can rebuild its partition with (keyword arguments from the spec)
 DATASETS = {"perm_synthetic": perm_synthetic}
 
@@ -41,12 +102,12 @@ def settings_of(algorithm) -> dict:
     missing = [n for n in names if not hasattr(algorithm, n)]
     if missing:
         raise ValueError(f"{type(algorithm).__name__} does not keep its settings {missing} as attributes")
-    return {n: getattr(algorithm, n) for n in names}
+    return {n: _to_json(getattr(algorithm, n)) for n in names}
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One federated run. ``method``: a key of ``METHODS``; ``settings``: its class's keywords;
+    """One federated run. ``method``: a key of ``METHODS`` or an import path; ``settings``: its class's keywords;
     ``model``: ``{"name": one of models.MODELS, "kwargs": {..}}``; ``data``: ``{"name": a key of DATASETS,
     "kwargs": {..}}`` (the builder's arguments, its seed included); ``timeout``: seconds the server waits
     for the replies of one pass before it stops the run with an error naming the silent clients;
@@ -65,8 +126,9 @@ class RunSpec:
     extra: dict = field(default_factory=dict)  # free-form (e.g. a fault to inject in tests); not read here
 
     def __post_init__(self):
-        if self.method not in METHODS:
-            raise ValueError(f"method must be one of {sorted(METHODS)}, got {self.method!r}")
+        why = refusal(method_class(self.method))
+        if why:
+            raise ValueError(f"a federated engine cannot run {self.method}: {why}")
         if self.model.get("name") not in MODELS:
             raise ValueError(f"model.name must be one of {MODELS}, got {self.model.get('name')!r}")
         if self.data.get("name") not in DATASETS:
@@ -84,9 +146,7 @@ class RunSpec:
     @classmethod
     def for_algorithm(cls, algorithm, *, model: dict, data: dict, seed: int, rounds: int, **run) -> "RunSpec":
         """The spec of ``algorithm`` (an object of a ``METHODS`` class): its settings, checked to rebuild it."""
-        method = type(algorithm).__name__
-        if METHODS.get(method) is not type(algorithm):
-            raise ValueError(f"a federated engine runs exactly {sorted(METHODS)}, got {type(algorithm).__qualname__}")
+        method = method_name(type(algorithm))
         spec = cls(method, settings_of(algorithm), model, data, seed, rounds, **{"label": algorithm.name, **run})
         spec.to_json()  # plain JSON values only
         return spec
@@ -105,7 +165,7 @@ class RunSpec:
         return model
 
     def algorithm(self, model: FunctionalModel):
-        return METHODS[self.method](model, **self.settings)
+        return method_class(self.method)(model, **{k: _from_json(v) for k, v in self.settings.items()})
 
     @property
     def name(self) -> str:
