@@ -15,6 +15,7 @@ q_t, x_{t+1} = ServerOpt(x_t, q_t). On quadratics E[ClientUpdate] = grad f~_i (T
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -23,14 +24,14 @@ from torch.func import grad, vmap
 from ..data.federated import FederatedDataset
 from ..data.quadratic_clients import QuadraticClients
 from ..engine.local_sgd import expand_schedule
-from ..engine.params import Params, broadcast
+from ..engine.params import Params, broadcast, scale_like
 from ..theory.surrogate import Theta, theta_1_to_K, theta_K
-from .base import check_positive
+from .base import BaseState, check_positive
 from .fedavg import FederatedRound, FedAvgState
-from .round import Pass, client_update, sample_clients
-from .server_opt import SERVER_KINDS, ServerOpt
+from .round import Pass, PassRound, client_update, sample_clients
+from .server_opt import SERVER_KINDS, ServerOpt, momentum_step
 
-__all__ = ["ServerOpt", "SERVER_KINDS", "LocalUpdate", "MAML", "QuadraticLocalUpdate",
+__all__ = ["ServerOpt", "SERVER_KINDS", "LocalUpdate", "LocalUpdateGrid", "MAML", "QuadraticLocalUpdate",
            "Theta", "theta_K", "theta_1_to_K", "sample_clients", "minibatch_sgd", "lookahead",
            "fedsgd", "fedavg", "fedprox", "fomaml", "maml", "maml_theta"]
 
@@ -123,6 +124,74 @@ class MAML(LocalUpdate):
     def batch_schedule(self, clients: Tensor) -> Tensor:
         """The one ``sample_indices`` call of ``client_updates``: [K + 1, M] (K inner batches, one outer)."""
         return expand_schedule(clients, self.inner_steps + 1)
+
+
+# ------------------------------------------------------------------------- a grid of settings at once
+@dataclass
+class GridState(BaseState):
+    x: Params  # every setting's server model, stacked [G, ..]
+    buf: Params  # the momentum buffers (zero for gd)
+    alive: Tensor  # [G] bool: the settings still stepping (a dropped setting keeps its last iterate)
+
+
+def setting_chunks(idx: Tensor, settings_chunk: int | None) -> list[Tensor]:
+    """``idx`` in pieces of at most ``settings_chunk`` settings (None: one piece)."""
+    return list(idx.split(settings_chunk)) if settings_chunk else [idx]
+
+
+class LocalUpdateGrid(PassRound):
+    """LocalUpdate(Theta_{1:K}, alpha, gamma, B, M, ServerOpt) for G settings at once (the Charles et al.
+    grids): one round = M clients (one draw, shared by all settings), then for each distinct alpha (and
+    ``settings_chunk`` settings at a time) one pass of ``updates`` over (settings x clients) stacked models
+    returning sum_k g_k; q = the mean over clients; each setting's server step is ``momentum_step`` with its
+    lr, momentum and Nesterov flag (gd, heavy-ball and Nesterov settings step together). Each setting alone
+    is ``LocalUpdate`` (tested). ``settings_chunk`` bounds memory to chunk x M models; the draws then come in
+    another order, so a chunked run is deterministic but not equal to an unchunked one."""
+
+    client_steps = PassRound.client_steps + ("updates",)
+    federated = "a grid of settings is one batch in one process (run a setting on its own as LocalUpdate)"
+
+    def __init__(self, model, *, gamma: Tensor, eta: Tensor, momentum: Tensor, nesterov: Tensor, alpha: list[float],
+                 local_steps: int, batch_size: int, clients_per_round: int | None, settings_chunk: int | None = None):
+        self.model = model
+        self.gamma, self.eta, self.momentum, self.nesterov, self.alpha = gamma, eta, momentum, nesterov, list(alpha)
+        self.local_steps, self.batch_size = local_steps, batch_size
+        self.clients_per_round, self.settings_chunk = clients_per_round, settings_chunk
+        self.theta = torch.ones(local_steps)  # Theta_{1:K}
+
+    def init(self, data: FederatedDataset, seed: int) -> GridState:
+        x = broadcast(self.model.init(seed), len(self.alpha))
+        return GridState(data, torch.Generator().manual_seed(seed), seed, 0, x,
+                         {k: torch.zeros_like(v) for k, v in x.items()}, torch.ones(len(self.alpha), dtype=torch.bool))
+
+    def updates(self, start: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
+        """ClientUpdate with Theta_{1:K} of every listed (setting, client) model, at its setting's gamma."""
+        return client_update(self.model, start, data, clients, theta=self.theta, gamma=extra["gamma"],
+                             alpha=float(extra["alpha"][0]), batch_size=self.batch_size, generator=generator)
+
+    def round_passes(self, s: GridState):
+        data, x, dev = s.data, s.x, s.data.device
+        m = min(self.clients_per_round or data.num_clients, data.num_clients)
+        clients = sample_clients(data.num_clients, m, s.generator)
+        q = {k: torch.zeros_like(v) for k, v in x.items()}
+        live = s.alive.nonzero().flatten().tolist()
+        for a in sorted({self.alpha[g] for g in live}):
+            for idx in setting_chunks(torch.tensor([g for g in live if self.alpha[g] == a]), self.settings_chunk):
+                at, many = idx.to(dev), clients.repeat(len(idx))
+                acc = yield Pass("updates", many, {k: v[at].repeat_interleave(m, 0) for k, v in x.items()},
+                                 s.generator, expand_schedule(many, self.local_steps), self.batch_size,
+                                 extra={"gamma": self.gamma[at].repeat_interleave(m),
+                                        "alpha": torch.full((len(many),), a, dtype=torch.float64)})
+                for k in q:
+                    q[k][at] = acc[k].reshape(len(idx), m, *acc[k].shape[1:]).mean(1)
+        upd, new_buf = momentum_step(x, q, s.buf, self.eta, self.momentum, self.nesterov)
+        alive = s.alive.to(dev)
+        x = {k: torch.where(scale_like(alive, v), upd[k], v) for k, v in x.items()}
+        buf = {k: torch.where(scale_like(alive, x[k]), new_buf[k], b) for k, b in s.buf.items()}
+        return replace(s, round=s.round + 1, x=x, buf=buf)
+
+    def personalize_pass(self, s: GridState) -> Pass:
+        raise NotImplementedError("a grid is scored per setting (experiments.charles_nn.run_grid)")
 
 
 # ------------------------------------------------------------------------------- Table 1 presets

@@ -44,14 +44,14 @@ from torch import Tensor
 from torch.func import vmap
 
 from .. import seeds
-from ..algorithms.round import client_update, sample_clients
-from ..algorithms.server_opt import MOMENTUM_KINDS, momentum_step
+from ..algorithms.local_update import LocalUpdateGrid, setting_chunks
+from ..algorithms.server_opt import MOMENTUM_KINDS
 from ..config import (HLDA_DEFAULTS, PARTITION_OPTIONS, DatasetName, NonNegatives, PositiveInt, Positives,
                       ProjectPath, Section, Seed, StageConfig, image_partition_problems, one_of, raise_problems,
                       short_repr)
 from ..data.federated import FederatedDataset
 from ..engine import FunctionalModel, resolve_device
-from ..engine.params import Params, broadcast, scale_like
+from ..engine.params import Params
 from ..progress import note
 from ..report import StageResult, environment
 
@@ -126,11 +126,6 @@ def make_evaluator(model: FunctionalModel, batches: dict[str, tuple], chunk: int
     return evaluate
 
 
-def setting_chunks(idx: Tensor, settings_chunk: int | None) -> list[Tensor]:
-    """``idx`` in pieces of at most ``settings_chunk`` settings (None: one piece)."""
-    return list(idx.split(settings_chunk)) if settings_chunk else [idx]
-
-
 def evaluate_settings(evaluate, params: Params, idx: Tensor, settings_chunk: int | None) -> dict[str, Tensor]:
     """``evaluate`` on the settings ``idx`` of the stacked ``params`` [G, ...], ``settings_chunk`` at a time:
     {metric: tensor [len(idx)]}."""
@@ -145,16 +140,14 @@ def run_grid(model: FunctionalModel, data: FederatedDataset, settings: list[Sett
              show_progress: bool = False, label: str = "", settings_chunk: int | None = None) -> GridRun:
     """LocalUpdate(Theta_{1:K}, alpha, gamma, B, M, ServerOpt) for every setting at once.
 
-    The round is LocalUpdate's, from the same parts (``algorithms.round``): M clients (one draw,
-    shared by all settings), then for each distinct alpha one ``client_update`` over (settings x
-    clients) stacked models returning sum_k g_k (Theta_{1:K}); q = mean over clients; each setting's
-    server step is ``algorithms.server_opt.momentum_step`` with that setting's lr, momentum and
-    Nesterov flag (gd, heavy-ball and Nesterov settings step together).
+    The round is ``algorithms.local_update.LocalUpdateGrid``'s (every setting's LocalUpdate round at once);
+    here: the evaluations, and a setting whose ``watch`` metric grows past ``diverge_factor`` x its first
+    value (or turns non-finite) stops stepping and is recorded as diverged (a result, not an error).
 
-    ``settings_chunk``: at most this many settings per ``client_update`` call and per evaluation call
-    (bounds memory to chunk x M models, e.g. ResNet-18 grids at paper scale); the minibatch draws then
-    come in a different order, so a chunked run is deterministic but not equal to an unchunked one.
-    None: one call per alpha (the default, and what the CPU-scale stages run)."""
+    ``settings_chunk``: at most this many settings per client pass and per evaluation call (bounds memory
+    to chunk x M models, e.g. ResNet-18 grids at paper scale); the minibatch draws then come in a
+    different order, so a chunked run is deterministic but not equal to an unchunked one. None: one pass
+    per alpha (the default, and what the CPU-scale stages run)."""
     if not settings:
         raise ValueError("settings must list at least one Setting")
     for name, v in (("rounds", rounds), ("local_steps", local_steps), ("batch_size", batch_size),
@@ -162,62 +155,43 @@ def run_grid(model: FunctionalModel, data: FederatedDataset, settings: list[Sett
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
     dev = data.device
-    G, M = len(settings), min(clients_per_round or data.num_clients, data.num_clients)
-    gamma = torch.tensor([s.gamma for s in settings], device=dev)
-    eta = torch.tensor([s.eta for s in settings], device=dev)
-    beta = torch.tensor([s.momentum for s in settings], device=dev)
-    nesterov = torch.tensor([s.server == "nesterov" for s in settings], device=dev)
-    x = broadcast(model.init(seed), G)
-    buf = {k: torch.zeros_like(v) for k, v in x.items()}  # the momentum buffers (zero for gd)
-    gen = torch.Generator().manual_seed(seed)
-    alive = torch.ones(G, dtype=torch.bool)
+    G = len(settings)
+    grid = LocalUpdateGrid(model, gamma=torch.tensor([s.gamma for s in settings], device=dev),
+                           eta=torch.tensor([s.eta for s in settings], device=dev),
+                           momentum=torch.tensor([s.momentum for s in settings], device=dev),
+                           nesterov=torch.tensor([s.server == "nesterov" for s in settings], device=dev),
+                           alpha=[s.alpha for s in settings], local_steps=local_steps, batch_size=batch_size,
+                           clients_per_round=clients_per_round, settings_chunk=settings_chunk)
+    state = grid.init(data, seed)
     first: dict[int, float] = {}
     rows, dead = [], []
-    theta = torch.ones(local_steps)  # Theta_{1:K}
     start = time.perf_counter()
 
     def record(r):
-        idx = alive.nonzero().flatten()
+        idx = state.alive.nonzero().flatten()
         if not len(idx):
             return
-        values = evaluate_settings(evaluate, x, idx, settings_chunk)
+        values = evaluate_settings(evaluate, state.x, idx, settings_chunk)
         for metric, vals in values.items():
             for j, g in enumerate(idx.tolist()):
                 rows.append({"round": r, "setting": g, "metric": metric, "value": float(vals[j])})
         for j, g in enumerate(idx.tolist()):
             w = float(values[watch][j])
             first.setdefault(g, w)
-            finite = math.isfinite(w) and all(bool(torch.isfinite(v[g]).all()) for v in x.values())
+            finite = math.isfinite(w) and all(bool(torch.isfinite(v[g]).all()) for v in state.x.values())
             if not finite or w > diverge_factor * first[g]:
-                alive[g] = False
+                state.alive[g] = False
                 dead.append({"setting": g, "round": r, "reason": "non-finite" if not finite else
                              f"{watch} {w:.3g} > {diverge_factor:g} x initial {first[g]:.3g}"})
 
     for r in range(rounds + 1):
         if r % eval_every == 0 or r == rounds:
             record(r)
-        if r == rounds or not alive.any():
+        if r == rounds or not state.alive.any():
             break
-        clients = sample_clients(data.num_clients, M, gen)
-        q = {k: torch.zeros_like(v) for k, v in x.items()}
-        groups = [c for a in sorted({settings[g].alpha for g in alive.nonzero().flatten().tolist()})
-                  for c in setting_chunks(torch.tensor([g for g in alive.nonzero().flatten().tolist()
-                                                        if settings[g].alpha == a]), settings_chunk)]
-        for idx in groups:
-            a = settings[int(idx[0])].alpha
-            start_p = {k: v[idx.to(dev)].repeat_interleave(M, 0) for k, v in x.items()}
-            acc = client_update(model, start_p, data, clients.repeat(len(idx)), theta=theta,
-                                gamma=gamma[idx.to(dev)].repeat_interleave(M), alpha=a, batch_size=batch_size,
-                                generator=gen)
-            for k in q:
-                q[k][idx.to(dev)] = acc[k].reshape(len(idx), M, *acc[k].shape[1:]).mean(1)
-        live = alive.to(dev)
-        upd, new_buf = momentum_step(x, q, buf, eta, beta, nesterov)
-        for k in x:  # dropped settings keep their last iterate
-            x[k] = torch.where(scale_like(live, x[k]), upd[k], x[k])
-            buf[k] = torch.where(scale_like(live, x[k]), new_buf[k], buf[k])
+        state = grid.round(state)
         if (r + 1) % max(1, rounds // 10) == 0:  # about every 10% of the rounds
-            line = (f"{label}round {r + 1}/{rounds}: {int(alive.sum())}/{G} settings alive "
+            line = (f"{label}round {r + 1}/{rounds}: {int(state.alive.sum())}/{G} settings alive "
                     f"({time.perf_counter() - start:.1f} s)")
             note(line)
             if show_progress:
@@ -227,7 +201,7 @@ def run_grid(model: FunctionalModel, data: FederatedDataset, settings: list[Sett
                          for g, s in enumerate(settings)])
     history = pd.DataFrame(rows, columns=["round", "setting", "metric", "value"]).merge(meta, on="setting")
     diverged = pd.DataFrame(dead, columns=["setting", "round", "reason"]).merge(meta, on="setting")
-    return GridRun(history, diverged, time.perf_counter() - start, {k: v.detach().cpu() for k, v in x.items()})
+    return GridRun(history, diverged, time.perf_counter() - start, {k: v.detach().cpu() for k, v in state.x.items()})
 
 
 def pick_best(history: pd.DataFrame, by: list[str], metric: str, window: int, mode: str) -> pd.DataFrame:
