@@ -158,3 +158,61 @@ def test_spec_rebuilds_the_algorithm_and_rejects_what_it_cannot_run():
         RunSpec("FedAvg", {}, {"name": "logistic"}, {"name": "perm_synthetic"}, 0, 1, timeout=0)
     with pytest.raises(ValueError, match="partition-id must be in \\[0, 5\\)"):
         FederatedClient(_spec(METHODS["fedavg"](_model())), 5)
+
+
+def test_a_round_goes_on_without_silent_clients_and_the_participation_replays():
+    """FedAvg (4 of 5 clients a round) with min_clients=2: client 1 falls silent from pass 3 (the evaluation
+    after round 2), client 3 from pass 5 (round 4's training; silent from the first pass it is drawn for).
+    The run completes; neither is sent anything after; the recorded participation, replayed in the protocol,
+    gives the same history and final model bit for bit; and the batched in-process round, fed the same
+    participation (``Outputs``: the answered clients' outputs), gives the same final model (float32 of one
+    client alone vs inside the batch: 1e-6)."""
+    from pflkit.algorithms.round import Outputs, run_step
+
+    alg = FedAvg(_model(), local_steps=3, lr=0.3, batch_size=4, clients_per_round=4)
+    spec = _spec(alg, min_clients=2)
+    history, server = run_loopback(spec, fail_from={1: 3, 3: 5})
+    first = min(row["pass"] for row in server.participation if row["pass"] >= 5 and 3 in row["clients"])
+    assert server.lost == {1: 3, 3: first} and server.state.round == ROUNDS
+    for row in server.participation:
+        for c, since in server.lost.items():
+            assert (c in row["answered"]) == (c in row["clients"] and row["pass"] < since)
+    assert len(history) == 4 * 4  # rounds 0, 2, 4, 6 evaluated (over the clients still answering)
+    again, replay = run_loopback(spec, participation=server.participation)
+    assert again.equals(history) and all(torch.equal(replay.state.w[k], v) for k, v in server.state.w.items())
+
+    data, s = perm_synthetic(**DATA), alg.init(perm_synthetic(**DATA), SEED)
+    trains = iter(row for row in server.participation if row["step"] == "local_models")
+    for _ in range(ROUNDS):
+        passes, row = alg.round_passes(s), next(trains)
+        p = next(passes)
+        out = run_step(alg, p, data)
+        kept = torch.tensor([i for i, c in enumerate(p.clients.tolist()) if c in row["answered"]])
+        if len(kept) < len(p.clients):
+            out = Outputs({k: v[kept] for k, v in out.items()}, kept)
+        try:
+            passes.send(out)
+        except StopIteration as stop:
+            s = stop.value
+    for k, v in s.w.items():
+        torch.testing.assert_close(server.state.w[k], v, rtol=1e-5, atol=1e-6)
+
+
+def test_too_few_clients_or_a_method_that_needs_every_client_stops_the_run_clearly():
+    from pflkit.flower.server import FederationError
+
+    alg = FedAvg(_model(), local_steps=3, lr=0.3, batch_size=4)
+    with pytest.raises(FederationError, match=r"round 2, local_models pass: no reply from client\(s\) \[1, 3\] "
+                                              r"within 120 s: only 3 of the pass's 5 clients answered, fewer than "
+                                              r"min_clients=4"):
+        run_loopback(_spec(alg, min_clients=4), fail_from={1: 2, 3: 2})  # pass 2: round 2's training
+    with pytest.raises(FederationError, match=r"round 2, local_models pass: no reply from client\(s\) \[1\] within "
+                                              r"120 s; .* needs every client"):
+        run_loopback(_spec(alg), fail_from={1: 2})
+    perm = METHODS["perm"](_model())
+    with pytest.raises(FederationError, match=r"round 1, visiting_steps pass: no reply from client\(s\) \[2\]"):
+        run_loopback(_spec(perm), fail_from={2: 1})
+    with pytest.raises(ValueError, match="min_clients must be None for PERM: its rounds need every client's output"):
+        _spec(perm, min_clients=3)
+    with pytest.raises(ValueError, match="min_clients must be None .* or an integer >= 1, got 0"):
+        _spec(alg, min_clients=0)

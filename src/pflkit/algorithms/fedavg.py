@@ -12,7 +12,8 @@ from ..engine.functional import FunctionalModel
 from ..engine.local_sgd import expand_schedule, local_sgd
 from ..engine.params import Params, broadcast
 from .base import BaseState, check_batch_size, check_positive, eval_generator
-from .round import WEIGHTINGS, Pass, PassRound, aggregate, client_weights, local_round, project_ball, sample_clients
+from .round import (WEIGHTINGS, Outputs, Pass, PassRound, aggregate, client_weights, local_round, project_ball,
+                    sample_clients)
 from .server_opt import ServerOpt
 
 
@@ -75,6 +76,7 @@ class FederatedRound(PassRound):
 
     sends = "models"
     radius: float | None = None
+    tolerates_missing = True  # a participant that does not answer is left out of the round's average
 
     def set_round(self, *, batch_size, clients_per_round, weighting: str = "uniform",
                   server_opt: ServerOpt | None = None, radius: float | None = None):
@@ -104,6 +106,8 @@ class FederatedRound(PassRound):
     def round_passes(self, s: FedAvgState):
         clients = self.participants(s)
         out = yield self.client_pass(s, clients)
+        if isinstance(out, Outputs):  # some participants did not answer: the round goes on without them
+            clients = clients[out.answered]
         avg = aggregate(out, client_weights(s.data, clients, self.weighting))
         step = self.server_opt.step_to if self.sends == "models" else self.server_opt.step
         w, server = step(s.w, avg, s.server)

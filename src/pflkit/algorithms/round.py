@@ -127,6 +127,16 @@ class Pass:
 Passes = Generator[Pass, Params, object]
 
 
+class Outputs(dict):
+    """A pass's outputs when some of its clients did not answer (a federated engine tolerating failures):
+    the answered models' outputs stacked [A, ..] and ``answered`` [A], their positions in the pass. Only a
+    method that declares ``tolerates_missing`` is sent one; it goes on with the clients that answered."""
+
+    def __init__(self, outputs: Params, answered: Tensor):
+        super().__init__(outputs)
+        self.answered = answered
+
+
 def mask_extra(masks: Params | None) -> dict[str, Tensor]:
     """Sub-model masks [M, ..] as a pass's per-model values (``masks_of`` reads them back in the step)."""
     return {} if masks is None else {"mask." + k: m for k, m in masks.items()}
@@ -160,8 +170,10 @@ class PassRound:
 
     #: the methods a client may be asked to run (a federated client refuses any other name)
     client_steps: tuple[str, ...] = ("given", "global_model")
-    #: whether a federated engine (``pflkit.flower``) can run the method (False: it says why)
+    #: whether a federated engine (``pflkit.flower``) can run the method (otherwise: why it cannot)
     federated: bool | str = True
+    #: whether a round can go on without some clients' outputs (``Outputs``: the answered ones only)
+    tolerates_missing: bool = False
 
     def initial_state(self, data: FederatedDataset, seed: int):
         """The state before ``start_passes`` (for most methods, ``init``'s)."""

@@ -3,16 +3,18 @@
 One process is one client and only models (and the server's minibatch draws, below) travel. The
 in-process algorithm classes stay the single source of every method's math:
 
-* **Client side** (``client.FederatedClient``): a node holds one partition of the federation and runs
-  the algorithm's own client code for that one client: ``algorithms.round.local_round``,
-  ``engine.local_sgd``, ``PerFedAvg.client_updates``, ``PFedMe.client_updates``,
-  ``perm.local_gradients``, ``Algorithm.personalized`` and ``eval.evaluate``, called with a one-client
-  dataset (DESIGN.md, "The seam for a federated engine").
-* **Server side** (``server``): the algorithm's state lives on the server (PERM: the N personalized
-  models, alpha, the shuffle permutation), and each round is the algorithm's round cut where the
-  client work is: the participants (``round.sample_clients``), the draws, the per-client jobs, then
-  the server update (``round.aggregate``, ``PFedMe.server_update``, ``PERM.global_update``,
-  ``perm.alpha_from_gradients``: water-filling or projected GD).
+* **One round, the algorithm's own.** Every method's round is a generator of passes
+  (``algorithms.round``: ``round_passes``, ``start_passes``, ``personalize_pass``), the same one the
+  in-process ``round`` runs. The server (``server.FederatedServer``, one for every method) keeps the
+  algorithm's state (PERM: the N personalized models, alpha, the shuffle permutation) and drives those
+  passes: each client gets the models it hosts, their per-model values and minibatch rows, and the
+  stacked replies go back to the algorithm, which aggregates and steps with its own functions.
+* **Client side** (``client.FederatedClient``): a node holds one partition of the federation and runs the
+  client step a pass names (one of the method's declared ``client_steps``) for that one client, with a
+  one-client dataset, then ``eval.evaluate`` for an evaluation pass.
+* **Failures.** A client that does not answer a pass stops the run with an error naming it, the round
+  and the pass, unless ``RunSpec.min_clients`` lets a method that ``tolerates_missing`` go on without it;
+  the server records who answered every pass (``participation``) and the loopback replays it.
 * **Same draws, same result.** The batched engine draws every minibatch of a round at once from the
   state's CPU generator (``FederatedDataset.sample_indices``). The server owns that generator, makes the
   same draws in the same order on a sizes-only view of the federation (``server.sizes_only``) and sends

@@ -2,10 +2,12 @@
 and runs the method's server (``server``) through ``PflkitStrategy``, a Flower Strategy whose
 ``configure_train`` addresses each node with its own message (PERM: the personalized model visiting it).
 
-Message types: ``query.info`` (registration: partition and sizes), ``train`` (local training),
-``query.gradients`` (PERM's gradient pass) and ``evaluate`` (personalized scores). A pass waits at most
-``RunSpec.timeout`` seconds; a node that does not answer, or answers with an error, stops the run with a
-``FederationError`` naming the client, its node, the round and the pass, so the server never hangs.
+Message types: ``query.info`` (registration: partition and sizes), ``train`` (a training pass: the
+client step the pass names) and ``evaluate`` (personalized scores). A pass waits at most
+``RunSpec.timeout`` seconds; a node that answers with an error stops the run with a ``FederationError``
+naming the client, its node, the round and the pass; a node that does not answer stops it too (naming
+client, round and pass), unless ``RunSpec.min_clients`` lets the round go on without it (the server
+decides: ``server.FederatedServer``). So the server never hangs.
 
 A run holds one or more RunSpecs on the same federation (``spec.specs_to_json``), run one after the
 other over the same registered nodes; every message names its spec (config ``run``). The specs come
@@ -28,7 +30,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
 
 from .client import DRAW, EVALUATE, MODEL, TRAIN, FederatedClient, Job, Reply
-from .server import FederatedServer, Pass, Replies, drive, evaluation_due, make_server
+from .server import FederatedServer, FederationError, Pass, Replies, drive, evaluation_due, make_server
 from .spec import RunSpec, specs_from_json
 
 MESSAGE_TYPES = {TRAIN: "train", EVALUATE: "evaluate"}
@@ -37,10 +39,6 @@ INFO = "query.info"
 REGISTRATION_POLL = 0.2
 #: seconds between pulls while a pass waits for its replies (``PollingGrid``)
 POLL_SECONDS = 0.02
-
-
-class FederationError(RuntimeError):
-    """A federated run cannot go on: a node is missing, silent or failed (the message says which)."""
 
 
 # --------------------------------------------------------------------------- messages
@@ -143,7 +141,8 @@ class Exchange:
         return out
 
     def replies(self, jobs: Pass, replies: Iterable[Message], round_number: int) -> Replies:
-        """The replies to ``jobs`` by client; a failed or missing reply stops the run (FederationError)."""
+        """The replies to ``jobs`` by client (a client that sent none within the timeout is absent: the server
+        decides whether the run goes on); a client whose ClientApp failed stops the run (FederationError)."""
         got: Replies = {}
         up = {"flower": 0, "model": 0, "draws": 0, "other": 0}
         kind = next(iter(jobs.values())).kind if jobs else ""
@@ -159,12 +158,6 @@ class Exchange:
             up["flower"] += flower_bytes(message.content)
             for k, v in tensor_bytes(got[c].arrays).items():
                 up[k] += v
-        missing = sorted(set(jobs) - set(got))
-        if missing:
-            nodes = [self.node_of[c] for c in missing]
-            raise FederationError(f"round {round_number}, {kind} pass: no reply from client(s) {missing} (node(s) "
-                                  f"{nodes}) within {self.timeout:g} s; a SuperNode may have died or be overloaded "
-                                  "(RunSpec.timeout sets the wait)")
         self.traffic.append({"round": round_number, "kind": kind, "clients": len(jobs),
                              **{f"down_{k}": v for k, v in self._down.items()},
                              **{f"up_{k}": v for k, v in up.items()}})
@@ -352,7 +345,8 @@ def serve(grid: Grid, specs: list[RunSpec], results: str | None = None) -> dict:
         out["runs"].append({"spec": json.loads(spec.to_json()), "history": server.history().to_dict(orient="list"),
                             "round_seconds": strategy.round_seconds, "eval_seconds": strategy.eval_seconds,
                             "setup_seconds": t_start - t1, "total_seconds": time.perf_counter() - t1,
-                            "traffic": exchange.traffic,
+                            "traffic": exchange.traffic, "participation": server.participation,
+                            "lost": {str(c): p for c, p in server.lost.items()},
                             "num_parameters": sum(v.numel() for v in server.global_model().values())})
         states.append(final_state(server))
     out["total_seconds"] = time.perf_counter() - t0

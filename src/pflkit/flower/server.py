@@ -21,6 +21,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from ..algorithms.round import Outputs
 from ..algorithms.round import Pass as AlgorithmPass
 from ..data.federated import FederatedDataset
 from ..engine.params import Params
@@ -31,6 +32,10 @@ from .spec import RunSpec
 Pass = dict[int, Job]
 Replies = dict[int, Reply]
 Passes = Generator[Pass, Replies, object]
+
+
+class FederationError(RuntimeError):
+    """A federated run cannot go on: a node is missing, silent or failed (the message says which)."""
 
 
 def sizes_only(infos: list[dict], batch_order: str = "replacement") -> FederatedDataset:
@@ -67,6 +72,9 @@ class FederatedServer:
         self.algorithm = spec.algorithm(self.model)
         self.state = self.algorithm.initial_state(self.data, spec.seed)
         self.rows: list[tuple] = []
+        self.passes = 0  # passes sent so far (the number of the next one)
+        self.lost: dict[int, int] = {}  # client -> the pass it first did not answer (it is sent nothing after)
+        self.participation: list[dict] = []  # per pass: its round, step, the clients it was for, who answered
 
     @property
     def num_clients(self) -> int:
@@ -99,6 +107,8 @@ class FederatedServer:
         config = {"kind": kind, "step": p.step, "shared": p.shared, "round": self.state.round, "seed": self.spec.seed}
         jobs = {}
         for c, idx in sorted(hosted.items()):
+            if c in self.lost:  # a client that stopped answering is sent nothing more
+                continue
             at = torch.tensor(idx)
             models = {k: v.unsqueeze(0) for k, v in p.models.items()} if p.shared else \
                 {k: v.index_select(0, at.to(v.device)) for k, v in p.models.items()}
@@ -106,16 +116,46 @@ class FederatedServer:
             jobs[c] = Job({**prefixed(MODEL, models), **prefixed(EXTRA, extra),
                            **draw_arrays(self.slice_for(rows, idx, c))}, {**config, "models": len(idx)})
         replies = yield jobs
+        replies = {c: r for c, r in replies.items() if c in jobs}
+        self._account(p, kind, sorted(hosted), sorted(replies))
         if kind == EVALUATE:
             return replies
+        answered = sorted(i for c in replies for i in hosted[c])
+        row = {i: j for j, i in enumerate(answered)}
         out: Params = {}
-        for c, idx in hosted.items():
-            at = torch.tensor(idx)
+        for c in replies:
+            at = torch.tensor([row[i] for i in hosted[c]])
             for k, t in unprefixed(MODEL, replies[c].arrays).items():
                 if k not in out:
-                    out[k] = torch.empty((len(p.clients), *t.shape[1:]), dtype=t.dtype)
+                    out[k] = torch.empty((len(answered), *t.shape[1:]), dtype=t.dtype)
                 out[k][at] = t
-        return out
+        return out if len(answered) == len(p.clients) else Outputs(out, torch.tensor(answered))
+
+    def _account(self, p: AlgorithmPass, kind: str, clients: list[int], answered: list[int]) -> None:
+        """Record who answered the pass; stop the run (FederationError) when a client is missing and the run
+        cannot go on without it: the method needs every client, no ``min_clients`` was set, or fewer than
+        ``min_clients`` answered."""
+        missing = [c for c in clients if c not in answered]
+        r = self.state.round + (kind == TRAIN)
+        self.participation.append({"pass": self.passes, "round": r, "step": p.step, "clients": clients,
+                                   "answered": answered})
+        for c in missing:
+            self.lost.setdefault(c, self.passes)
+        self.passes += 1
+        if not missing:
+            return
+        new = [c for c in missing if self.lost[c] == self.passes - 1]
+        what = (f"round {r}, {p.step} pass: no reply from client(s) {new} within {self.spec.timeout:g} s"
+                if new else f"round {r}, {p.step} pass: client(s) {missing} stopped answering earlier")
+        minimum = self.spec.min_clients
+        if minimum is None or not (kind == EVALUATE or self.algorithm.tolerates_missing):
+            need = "every client" if minimum is None else f"every client ({self.spec.method} cannot go on without one)"
+            raise FederationError(f"{what}; a SuperNode may have died or be overloaded. The run needs {need} "
+                                  "(RunSpec.timeout sets the wait; RunSpec.min_clients lets a round go on without a "
+                                  "client, for methods that tolerate it)")
+        if len(answered) < minimum:
+            raise FederationError(f"{what}: only {len(answered)} of the pass's {len(clients)} clients answered, "
+                                  f"fewer than min_clients={minimum}")
 
     def run_passes(self, passes) -> Passes:
         """Drive the algorithm's generator of passes over the clients; returns its value."""
@@ -140,11 +180,9 @@ class FederatedServer:
         return self.record(replies)
 
     def record(self, replies: Replies) -> dict[str, float]:
-        """The personalized scores of every client (as ``eval.evaluate`` gives them in-process), their
+        """The personalized scores of the clients (as ``eval.evaluate`` gives them in-process), their
         summary, appended to the history at the current round."""
-        order = sorted(replies)
-        if order != list(range(self.num_clients)):
-            raise RuntimeError(f"evaluation needs every client's scores, got clients {order}")
+        order = sorted(replies)  # every client, or those still answering (``min_clients``)
         metrics = ClientMetrics(*(torch.cat([replies[c].arrays[k] for c in order]).cpu() for k in ("accuracy", "loss")),
                                 n=torch.cat([replies[c].arrays["n"] for c in order]).long().cpu())
         summary = metrics.summary()

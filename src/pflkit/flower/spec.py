@@ -110,7 +110,9 @@ class RunSpec:
     """One federated run. ``method``: a key of ``METHODS`` or an import path; ``settings``: its class's keywords;
     ``model``: ``{"name": one of models.MODELS, "kwargs": {..}}``; ``data``: ``{"name": a key of DATASETS,
     "kwargs": {..}}`` (the builder's arguments, its seed included); ``timeout``: seconds the server waits
-    for the replies of one pass before it stops the run with an error naming the silent clients;
+    for the replies of one pass before it stops the run with an error naming the silent clients, or (with
+    ``min_clients``, for a method that ``tolerates_missing``) goes on without them while at least
+    ``min_clients`` of the pass's clients answered (a client that missed a pass is sent nothing after);
     ``label``: the method's name in results (default: the class's ``name``)."""
 
     method: str
@@ -123,6 +125,7 @@ class RunSpec:
     batch_order: str = "replacement"
     timeout: float = 120.0
     label: str = ""
+    min_clients: int | None = None
     extra: dict = field(default_factory=dict)  # free-form (e.g. a fault to inject in tests); not read here
 
     def __post_init__(self):
@@ -141,6 +144,13 @@ class RunSpec:
                 raise ValueError(f"{name} must be an integer >= {0 if name == 'seed' else 1}, got {v!r}")
         if isinstance(self.timeout, bool) or not isinstance(self.timeout, (int, float)) or not self.timeout > 0:
             raise ValueError(f"timeout must be a number of seconds > 0, got {self.timeout!r}")
+        if self.min_clients is not None:
+            if isinstance(self.min_clients, bool) or not isinstance(self.min_clients, int) or self.min_clients < 1:
+                raise ValueError(f"min_clients must be None (every client) or an integer >= 1, "
+                                 f"got {self.min_clients!r}")
+            if not method_class(self.method).tolerates_missing:
+                raise ValueError(f"min_clients must be None for {self.method}: its rounds need every client's "
+                                 "output (it does not declare tolerates_missing)")
 
     # ------------------------------------------------------------------ building
     @classmethod
