@@ -6,6 +6,7 @@ Editing ``Local.round`` in that copy makes ``dvc repro`` re-run the stage; the r
 the old checkpoints (saying so) and give exactly the numbers of a clean run of the edited code. The
 notebook twin's digest (``$PFLKIT_TWIN_SHA256``, set by the stage runner) counts the same way."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -70,10 +71,10 @@ def _run(args, cwd, **extra):
 
 
 def _edit_local_round(proj: Path):
-    """A real behaviour change in Local.round (half the step size), nothing else."""
+    """A real behaviour change in Local's client step (own_steps: half the step size), nothing else."""
     src = proj / "src/pflkit/algorithms/fedavg.py"
     text = src.read_text()
-    start = text.index("class Local:")
+    start = re.search(r"^class Local\b", text, re.M).start()
     end = text.index("\nclass ", start + 1)
     block = text[start:end]
     assert block.count(LOCAL_ROUND) == 1, "Local.round changed: update this test's edit"
