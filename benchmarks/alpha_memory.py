@@ -43,7 +43,7 @@ def point(stage: str, profile: str, budget_mib: int) -> dict:
     model = FunctionalModel(cfg.model.factory(img.shape, img.num_classes), device)
     perm_cfg = cfg.model_copy(update={"perm": cfg.perm.model_copy(update={"warmup_rounds": 0,
                                                                           "alpha_init": "estimate"})})
-    algo = E.METHODS["perm"][1](model, perm_cfg)
+    algo = E.METHODS["perm"].make(model, perm_cfg)
     full_batch.FULL_BATCH_BYTES = budget_mib * 2**20
     data.size_buckets("train")  # the data's own copies, built before the measurement
     out = {}

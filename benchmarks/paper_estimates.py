@@ -78,9 +78,9 @@ def estimate_curves(cfg, device, skip: tuple[str, ...] = ()) -> dict:
     fedavg_round = None
     for key in cfg.methods:
         if key in skip:
-            per_method[E.METHODS[key][0]] = {"skipped": "not timed here (see the note)"}
+            per_method[E.METHODS[key].name] = {"skipped": "not timed here (see the note)"}
             continue
-        algo = E.METHODS[key][1](model, timing_cfg)
+        algo = E.METHODS[key].make(model, timing_cfg)
         if key in ("perm", "perm_alpha") and "alpha_s" not in shared:
             state, shared["alpha_s"] = timed(lambda: algo.init(data, seed))  # noqa: B023 (init computes alpha)
             _, shared["global_s"] = timed(lambda: run_passes(algo, algo.global_passes(state, None), data))  # noqa: B023
@@ -103,7 +103,7 @@ def estimate_curves(cfg, device, skip: tuple[str, ...] = ()) -> dict:
             row.update(alpha_s=round(shared["alpha_s"], 2), global_step_s=round(shared["global_s"], 2),
                        alpha_updates=updates, warmup_rounds=warmup)
         row["seconds_per_seed"] = round(seconds, 1)
-        per_method[E.METHODS[key][0]] = row
+        per_method[E.METHODS[key].name] = row
         total += seconds
         extra = f", alpha {row['alpha_s']:.1f} s, global step {row['global_step_s']:.1f} s" if "alpha_s" in row else ""
         print(f"  {key}: round {round_s:.2f} s, evaluation {eval_s:.2f} s{extra}", flush=True)

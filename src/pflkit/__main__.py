@@ -158,8 +158,8 @@ def main(argv: list[str] | None = None) -> int:
             cfg = validate_stage(load_params(args.params), args.stage, args.profile)
             lr_sweep = stages.resolve(entry.tune)  # the stage's sweep, e.g. pflkit.experiments.perm:lr_sweep
             table = lr_sweep(cfg, [float(x) for x in args.grid.split(",")],
-                             args.methods.split(",") if args.methods else None,
-                             [int(x) for x in args.seeds.split(",")])
+                             methods=args.methods.split(",") if args.methods else None,
+                             seeds=[int(x) for x in args.seeds.split(",")])
             folder = "results/tuning" if args.profile == "default" else f"build/{args.profile}/tuning"
             out = write_csv(f"{folder}/{args.stage}.csv", table)
             print(table.round(4).to_string(index=False))

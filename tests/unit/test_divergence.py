@@ -18,7 +18,8 @@ from pflkit import runner
 from pflkit.data.synthetic import perm_synthetic
 from pflkit.engine import FunctionalModel
 from pflkit.eval import ClientMetrics
-from pflkit.experiments import perm as P
+from pflkit.algorithms import FedAvg
+from pflkit.experiments import curves, perm as P
 from pflkit.models import logistic
 from pflkit.runner import ABORT_MULTIPLE, DIVERGE_FACTOR, DivergenceError, run, run_methods
 from stage_params import build
@@ -31,14 +32,15 @@ def _data(seed=0):
 
 
 def _fedavg(lr=0.1):
-    return P.FedAvg(MODEL, local_steps=2, lr=lr, batch_size=5)
+    return FedAvg(MODEL, local_steps=2, lr=lr, batch_size=5)
 
 
 def _tiny_fig1(**overrides):
     settings = dict(
         stage="perm_fig1", results_dir="build/t", figures_dir="build/t", device="cpu", num_clients=6,
         samples_per_client=30, dim=5, test_fraction=0.2, rounds=6, local_steps=2, batch_size=5,
-        lr={k: 0.1 for k in P.METHODS}, finetune_steps=2, finetune_lr=0.1, methods=list(P.METHODS), seeds=[0, 1],
+        lr={k: 0.1 for k in curves.METHODS}, finetune_steps=2, finetune_lr=0.1, methods=list(curves.METHODS),
+        seeds=[0, 1],
         eval_every=2, perm={"lam": 3.0, "alpha_solver": "gd", "global_lr": 0.1, "update_every": 2},
         perfedavg={"alpha": 0.02},
         pfedme={"personal_lr": 0.01, "lam": 15.0})
@@ -170,12 +172,12 @@ BROKEN = [("local", {"lr": {"local": 1e6}}), ("fedavg", {"lr": {"fedavg": 1e6}})
 
 
 def test_broken_methods_table_covers_every_method():
-    assert sorted(m for m, _ in BROKEN) == sorted(P.METHODS)
+    assert sorted(m for m, _ in BROKEN) == sorted(curves.METHODS)
 
 
 @pytest.mark.parametrize("method,overrides", BROKEN, ids=[m for m, _ in BROKEN])
 def test_every_method_with_a_broken_lr_diverges(method, overrides):
     cfg = _tiny_fig1(methods=[method], seeds=[0], **overrides)
-    name = P.METHODS[method][0]
+    name = curves.METHODS[method].name
     with pytest.raises(DivergenceError, match=rf"^{re.escape(name)} diverged at round \d+ \(seed 0, "):
         P.fig1(cfg, show_progress=False, checkpoint=False)

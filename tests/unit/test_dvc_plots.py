@@ -67,7 +67,7 @@ def test_wide_plots_list_every_method_the_default_profile_runs():
     majority-class baseline (curves() pivots history.csv by method)."""
     from pflkit.experiments import perm, perm_hetero
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    labels = {"perm_fig1": {k: v[0] for k, v in perm.METHODS.items()}, "perm_hetero": perm_hetero.METHOD_NAMES}
+    labels = {"perm_fig1": {k: v.name for k, v in perm.METHODS.items()}, "perm_hetero": perm_hetero.METHOD_NAMES}
     wide = {s.name: p for s in stages.compute_stages() for p in s.plots if p.wide}
     assert set(wide) == set(labels)
     for name, plot in wide.items():

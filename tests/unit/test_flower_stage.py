@@ -16,7 +16,8 @@ def _cfg(**overrides):
 
 
 @pytest.mark.parametrize("key, value, match", [
-    ("methods", ["fedavg", "local"], r"flower_equivalence\.methods: .*federated engine runs, from .*got \['local'\]"),
+    ("methods", ["fedavg", "local"],
+     r"flower_equivalence\.methods: .*federated engine runs, from .*got \['local'\] \(local: Alone trains every"),
     ("engines", ["cloud"], r"flower_equivalence\.engines\.0: .*'simulation' or 'deployment'"),
     ("engines", ["simulation", "simulation"], r"flower_equivalence\.engines: .*repeated: \['simulation'\]"),
     ("ray_cpus", 0, r"flower_equivalence\.ray_cpus: .*greater than or equal to 1"),
@@ -25,6 +26,16 @@ def _cfg(**overrides):
 def test_bad_values_name_the_key_and_what_is_allowed(key, value, match):
     with pytest.raises(ConfigError, match=match):
         _cfg(**{key: value})
+
+
+def test_the_stage_accepts_the_methods_whose_class_declares_federated():
+    """The accepted keys come from the registry's classes (``federated``), not from a list kept by hand."""
+    from pflkit.experiments.curves import FEDERATED_METHODS, METHODS
+    assert FEDERATED_METHODS == ("fedavg", "localized_fedavg", "perm", "perm_alpha", "perfedavg_fo", "perfedavg_hf",
+                                 "pfedme")
+    assert set(METHODS) - set(FEDERATED_METHODS) == {"local"}
+    every = list(FEDERATED_METHODS)
+    assert _cfg(methods=every, lr={k: 0.1 for k in every}).methods == every
 
 
 def test_without_flower_the_stage_runs_in_process_and_the_protocol_and_says_what_it_skipped(monkeypatch):

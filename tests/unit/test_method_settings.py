@@ -23,7 +23,7 @@ def test_server_settings_reach_the_fedavg_family():
     cfg = smoke_config(clients_per_round=3, weighting="samples", methods=["fedavg", "localized_fedavg",
                                                                           "perfedavg_fo", "pfedme", "perm"])
     model = FunctionalModel(lambda: logistic((cfg.dim,), 2))
-    built = {k: E.METHODS[k][1](model, cfg) for k in cfg.methods}
+    built = {k: E.METHODS[k].make(model, cfg) for k in cfg.methods}
     for key, cls in (("fedavg", FedAvg), ("localized_fedavg", LocalizedFedAvg), ("perfedavg_fo", PerFedAvg),
                      ("pfedme", PFedMe)):
         assert isinstance(built[key], cls)

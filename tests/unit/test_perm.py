@@ -204,15 +204,15 @@ def test_fig6_alpha_sparse_on_one_class_split_and_diffuse_on_iid():
 
 
 def test_lr_sweep_records_divergence_and_goes_on(monkeypatch):
-    from pflkit.experiments import perm as experiment
+    from pflkit.experiments import curves, perm as experiment
     from pflkit.experiments.perm import lr_sweep
     dirs = []  # a sweep must not checkpoint into (and later delete) the stage's own build/checkpoints/<stage>
 
     def spy(*args, **kwargs):
         dirs.append(kwargs.get("checkpoint_dir"))
         return run_methods(*args, **kwargs)
-    run_methods = experiment.run_methods
-    monkeypatch.setattr(experiment, "run_methods", spy)
+    run_methods = curves.run_methods
+    monkeypatch.setattr(curves, "run_methods", spy)
     cfg = build(
         "perm_fig1", results_dir="build/t", figures_dir="build/t", device="cpu", num_clients=4,
         samples_per_client=20, dim=5, test_fraction=0.2, rounds=3, local_steps=5, batch_size=5,
@@ -268,7 +268,8 @@ def test_fig1_reports_perm_alpha_per_seed():
 
 def test_perm_claim_compares_with_the_best_other_method():
     import pandas as pd
-    from pflkit.experiments.perm import describe_claim, perm_claim
+    from pflkit.experiments.curves import perm_claim
+    from pflkit.experiments.perm import describe_claim
     table = pd.DataFrame({"accuracy_mean": [0.80, 0.82, 0.70, 0.95]},
                          index=["PERM", "pFedMe", "Per-FedAvg", "Majority class"])
     claim = perm_claim(table)
@@ -283,7 +284,7 @@ def test_perm_claim_compares_with_the_best_other_method():
 def test_perm_claim_measures_the_margins_spread_over_seeds_paired():
     """margin_sd is the sample sd of the per-seed margins (same seed = same data and split): worked by hand."""
     import pandas as pd
-    from pflkit.experiments.perm import perm_claim
+    from pflkit.experiments.curves import perm_claim
     from pflkit.runner import final_table
     # final round 3 (round 1 is not final); seed s: PERM, Local = (0.90, 0.80), (0.85, 0.86), (0.95, 0.90)
     finals = {0: (0.90, 0.80), 1: (0.85, 0.86), 2: (0.95, 0.90)}
@@ -344,14 +345,14 @@ def test_visit_option_is_checked_and_alg1_stays_the_default():
 def test_perm_alpha_is_its_own_method_and_claim():
     import pandas as pd
     from pflkit.config import load_params, validate_stage
-    from pflkit.experiments.perm import METHODS, perm_claim
+    from pflkit.experiments.curves import METHODS, perm_claim
     from pflkit.paths import resolve
-    assert METHODS["perm_alpha"][0] == "PERM (alpha visits)"
+    assert METHODS["perm_alpha"].name == "PERM (alpha visits)"
     model = FunctionalModel(lambda: logistic((5,), 2))
     cfg = validate_stage(load_params(resolve("params.yaml")), "perm_fig1")
     section = cfg.perm_alpha.model_copy(update={"lam": 7.0})
     cfg = cfg.model_copy(update={"lr": {**cfg.lr, "perm_alpha": 0.2}, "perm_alpha": section})
-    a, b = METHODS["perm"][1](model, cfg), METHODS["perm_alpha"][1](model, cfg)
+    a, b = METHODS["perm"].make(model, cfg), METHODS["perm_alpha"].make(model, cfg)
     assert (a.visit, a.lr, a.lam) == ("shuffle", cfg.lr["perm"], cfg.perm.lam)
     assert (b.visit, b.lr, b.lam) == ("alpha", 0.2, 7.0)
     table = pd.DataFrame({"accuracy_mean": [0.7, 0.9, 0.8, 0.4]},

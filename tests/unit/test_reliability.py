@@ -24,7 +24,8 @@ from pflkit.config import (ConfigError, SimplexWeights, check_simplex, image_par
                            partition_problems, validate_stage)
 from pflkit.data.synthetic import perm_synthetic
 from pflkit.engine import FunctionalModel
-from pflkit.experiments import perm as P
+from pflkit.algorithms import FedAvg, PERM
+from pflkit.experiments import curves, perm as P
 from pflkit.io import (CheckpointError, decode_value, encode_value, load_checkpoint, save_checkpoint,
                        state_from_payload, state_to_payload)
 from pflkit.models import logistic
@@ -186,7 +187,7 @@ def test_encoded_values_round_trip_through_a_weights_only_file(tmp_path):
 def test_state_round_trip_keeps_the_generator_shared_and_reattaches_data(tmp_path):
     data = perm_synthetic(6, 30, 5, 0.2, seed=0)
     model = FunctionalModel(lambda: logistic((5,), 2))
-    algo = P.PERM(model, local_steps=2, lr=0.1, batch_size=5, lam=3.0, update_every=2)
+    algo = PERM(model, local_steps=2, lr=0.1, batch_size=5, lam=3.0, update_every=2)
     state = algo.init(data, 0)
     for _ in range(3):
         state = algo.round(state)
@@ -201,7 +202,7 @@ def test_state_round_trip_keeps_the_generator_shared_and_reattaches_data(tmp_pat
     for k in ref.v:
         assert torch.equal(nxt.v[k], ref.v[k])
     with pytest.raises(CheckpointError, match="holds a 'PERMState' state, expected 'FedAvgState'"):
-        state_from_payload(P.FedAvg(model, local_steps=1, lr=0.1, batch_size=5).init(data, 0),
+        state_from_payload(FedAvg(model, local_steps=1, lr=0.1, batch_size=5).init(data, 0),
                            load_checkpoint(tmp_path / "s.pt"))
 
 
@@ -223,7 +224,7 @@ def test_checkpoints_never_unpickle_objects(tmp_path, monkeypatch):
 
 SETTINGS = dict(stage="perm_fig1", results_dir="x", figures_dir="y", device="cpu", num_clients=6,
                 samples_per_client=30, dim=5, test_fraction=0.2, rounds=7, local_steps=2, batch_size=5,
-                lr={k: 0.1 for k in P.METHODS}, finetune_steps=2, finetune_lr=0.1, methods=list(P.METHODS),
+                lr={k: 0.1 for k in curves.METHODS}, finetune_steps=2, finetune_lr=0.1, methods=list(curves.METHODS),
                 seeds=[0], eval_every=2,
                 perm={"lam": 3.0, "alpha_solver": "gd", "global_lr": 0.1, "update_every": 2, "warmup_rounds": 2,
                       "alpha_init": "estimate"},
@@ -248,12 +249,12 @@ def _stop_after(algo, rounds_done):
 
 
 @pytest.mark.parametrize("every, stop", [(1, 5), (2, 5), (3, 6)])
-@pytest.mark.parametrize("key", sorted(P.METHODS))
+@pytest.mark.parametrize("key", sorted(curves.METHODS))
 def test_resumed_run_equals_uninterrupted(tmp_path, key, every, stop):
     cfg = build("perm_fig1", **SETTINGS)
     model = FunctionalModel(lambda: logistic((5,), 2))
     data = perm_synthetic(6, 30, 5, 0.2, seed=0)
-    name, make = P.METHODS[key]
+    name, make = curves.METHODS[key].name, curves.METHODS[key].make
     full = run(make(model, cfg), data, 7, 0, 2, method=name)
     ckpt = tmp_path / "run.pt"
     with pytest.raises(_Interrupted):
@@ -271,17 +272,17 @@ def test_run_methods_resumes_skips_finished_runs_and_cleans_up(tmp_path, monkeyp
 
     def factory(key, stop=None):
         def make():
-            algo = P.METHODS[key][1](model, cfg)
+            algo = curves.METHODS[key].make(model, cfg)
             return algo if stop is None else _stop_after(algo, stop)
         return make
 
     keys = ["fedavg", "perm"]
     data_for_seed = lambda s: perm_synthetic(6, 30, 5, 0.2, seed=s)  # noqa: E731
     full_states = {}
-    full = run_methods({P.METHODS[k][0]: factory(k) for k in keys}, data_for_seed, [0, 1], 6, 2,
+    full = run_methods({curves.METHODS[k].name: factory(k) for k in keys}, data_for_seed, [0, 1], 6, 2,
                        show_progress=False, keep=full_states)
     ckdir = tmp_path / "checkpoints"
-    killed = {P.METHODS["fedavg"][0]: factory("fedavg"), P.METHODS["perm"][0]: factory("perm", stop=4)}
+    killed = {curves.METHODS["fedavg"].name: factory("fedavg"), curves.METHODS["perm"].name: factory("perm", stop=4)}
     with pytest.raises(_Interrupted):
         run_methods(killed, data_for_seed, [0, 1], 6, 2, show_progress=False, checkpoint_dir=ckdir,
                     checkpoint_every=3)
@@ -289,10 +290,10 @@ def test_run_methods_resumes_skips_finished_runs_and_cleans_up(tmp_path, monkeyp
     assert load_checkpoint(checkpoint_path(ckdir, "FedAvg", 0))["round"] == 6  # finished
     assert load_checkpoint(checkpoint_path(ckdir, "PERM", 0))["round"] == 3
     seen = []
-    original_round = P.FedAvg.round
-    monkeypatch.setattr(P.FedAvg, "round", lambda self, s: seen.append(s.seed) or original_round(self, s))
+    original_round = FedAvg.round
+    monkeypatch.setattr(FedAvg, "round", lambda self, s: seen.append(s.seed) or original_round(self, s))
     states = {}
-    resumed = run_methods({P.METHODS[k][0]: factory(k) for k in keys}, data_for_seed, [0, 1], 6, 2,
+    resumed = run_methods({curves.METHODS[k].name: factory(k) for k in keys}, data_for_seed, [0, 1], 6, 2,
                           show_progress=False, keep=states, checkpoint_dir=ckdir, checkpoint_every=3)
     pd.testing.assert_frame_equal(resumed, full)
     assert 0 not in seen and seen.count(1) == 6, "the finished FedAvg seed-0 run is read back, not re-run"
@@ -303,7 +304,7 @@ def test_run_methods_resumes_skips_finished_runs_and_cleans_up(tmp_path, monkeyp
 def test_checkpoint_for_other_settings_is_ignored(tmp_path, capsys):
     model = FunctionalModel(lambda: logistic((5,), 2))
     data = perm_synthetic(6, 30, 5, 0.2, seed=0)
-    fed = lambda lr: P.FedAvg(model, local_steps=2, lr=lr, batch_size=5)  # noqa: E731
+    fed = lambda lr: FedAvg(model, local_steps=2, lr=lr, batch_size=5)  # noqa: E731
     ckpt = tmp_path / "c.pt"
     run(fed(0.5), data, 4, 0, checkpoint=ckpt)  # a finished run at lr 0.5
     other = run(fed(0.1), data, 4, 0, checkpoint=ckpt)
@@ -320,7 +321,7 @@ def test_checkpoint_for_other_settings_is_ignored(tmp_path, capsys):
 def _fedavg_run(tmp_path, **kwargs):
     model = FunctionalModel(lambda: logistic((5,), 2))
     data = perm_synthetic(6, 30, 5, 0.2, seed=0)
-    return run(P.FedAvg(model, local_steps=2, lr=0.1, batch_size=5), data, 4, 0, method="FedAvg", **kwargs)
+    return run(FedAvg(model, local_steps=2, lr=0.1, batch_size=5), data, 4, 0, method="FedAvg", **kwargs)
 
 
 def test_checkpoint_written_by_other_code_is_ignored(tmp_path, capsys, monkeypatch):
@@ -333,9 +334,9 @@ def test_checkpoint_written_by_other_code_is_ignored(tmp_path, capsys, monkeypat
     assert load_checkpoint(ckpt)["round"] == 4 and load_checkpoint(ckpt)["code"]["source"] == runner.source_digest()
     pd.testing.assert_frame_equal(_fedavg_run(tmp_path, checkpoint=ckpt), clean)
     assert f"resuming FedAvg seed 0 from round 4 of 4 ({ckpt})" in capsys.readouterr().err  # same code: resumed
-    orig_round = P.FedAvg.round
+    orig_round = FedAvg.round
     rounds_run = []
-    monkeypatch.setattr(P.FedAvg, "round", lambda self, s: rounds_run.append(s.round) or orig_round(self, s))
+    monkeypatch.setattr(FedAvg, "round", lambda self, s: rounds_run.append(s.round) or orig_round(self, s))
 
     monkeypatch.setattr(runner, "source_digest", lambda: "0" * 64)  # as if src/pflkit had been edited
     pd.testing.assert_frame_equal(_fedavg_run(tmp_path, checkpoint=ckpt), clean)
@@ -350,9 +351,9 @@ def test_checkpoint_written_by_other_code_is_ignored(tmp_path, capsys, monkeypat
     pd.testing.assert_frame_equal(_fedavg_run(tmp_path, checkpoint=ckpt), clean)
     err = capsys.readouterr().err
     assert "written by other code (the notebook has changed since)" in err and rounds_run == [0, 1, 2, 3]
-    a = runner.run_fingerprint(P.FedAvg(None, local_steps=2, lr=0.1, batch_size=5), "FedAvg", 0, 4, 1, "t")
+    a = runner.run_fingerprint(FedAvg(None, local_steps=2, lr=0.1, batch_size=5), "FedAvg", 0, 4, 1, "t")
     monkeypatch.setenv(runner.TWIN_ENV, "e" * 64)
-    assert runner.run_fingerprint(P.FedAvg(None, local_steps=2, lr=0.1, batch_size=5), "FedAvg", 0, 4, 1, "t") != a
+    assert runner.run_fingerprint(FedAvg(None, local_steps=2, lr=0.1, batch_size=5), "FedAvg", 0, 4, 1, "t") != a
 
 
 def test_source_digest_covers_every_package_file_and_is_computed_once(monkeypatch):
@@ -419,7 +420,7 @@ def test_checkpoint_that_does_not_fit_the_state_is_named_and_the_run_starts_afre
 def test_a_checkpoint_that_does_not_fit_leaves_the_template_untouched(tmp_path):
     model = FunctionalModel(lambda: logistic((5,), 2))
     data = perm_synthetic(6, 30, 5, 0.2, seed=0)
-    algo = P.FedAvg(model, local_steps=2, lr=0.1, batch_size=5)
+    algo = FedAvg(model, local_steps=2, lr=0.1, batch_size=5)
     state = algo.round(algo.round(algo.init(data, 0)))
     payload = state_to_payload(state)
     payload["fields"]["w"]["value"]["1.bias"]["value"] = torch.zeros(7)
@@ -437,7 +438,7 @@ def test_perm_state_round_trips_with_fields_unset_in_the_fresh_state(tmp_path):
     saved value is accepted there."""
     data = perm_synthetic(6, 30, 5, 0.2, seed=0)
     model = FunctionalModel(lambda: logistic((5,), 2))
-    algo = P.PERM(model, local_steps=2, lr=0.1, batch_size=5, lam=3.0, update_every=2, warmup_rounds=1)
+    algo = PERM(model, local_steps=2, lr=0.1, batch_size=5, lam=3.0, update_every=2, warmup_rounds=1)
     fresh = algo.init(data, 0)
     state = fresh
     for _ in range(3):
@@ -472,7 +473,7 @@ def test_divergence_with_checkpointing_names_method_round_and_lr(tmp_path):
     model = FunctionalModel(lambda: logistic((5,), 2))
     data = perm_synthetic(6, 30, 5, 0.2, seed=0)
     with pytest.raises(DivergenceError, match=r"FedAvg diverged at round 1 \(seed 3, lr=inf\)"):
-        run(P.FedAvg(model, local_steps=3, lr=float("inf"), batch_size=5), data, 6, 3, checkpoint=tmp_path / "c.pt",
+        run(FedAvg(model, local_steps=3, lr=float("inf"), batch_size=5), data, 6, 3, checkpoint=tmp_path / "c.pt",
             checkpoint_every=1)
 
 

@@ -3,8 +3,9 @@ federated engine, Flower's simulation (Ray) and deployment (SuperLink + SuperNod
 same seed and client schedule; plus the federated protocol in one process (``pflkit.flower.loopback``,
 no Flower), which runs wherever the stage runs.
 
-It reuses PERM's Fig. 1 config and method table (``experiments.perm``: the stage is that figure's
-setting, on another engine), so every method is built by the same factory in every engine.
+It reuses PERM's Fig. 1 config and the one method registry (``experiments.curves.METHODS``: the stage is
+that figure's setting, on another engine), so every method is built by the same factory in every engine; the
+methods it accepts are those whose class declares ``federated`` (``curves.FEDERATED_METHODS``).
 """
 from __future__ import annotations
 
@@ -24,12 +25,11 @@ from ..models import logistic
 from ..progress import Timer, note
 from ..report import StageResult, environment
 from ..runner import run
-from .perm import METHODS, PermFig1Config
+from .curves import FEDERATED_METHODS, METHODS, save_models as save_runs
+from .perm import PermFig1Config
 
 ENGINES = ("simulation", "deployment")
 IN_PROCESS, LOOPBACK = "in-process", "loopback"
-#: the method keys whose algorithm a federated engine runs (experiments.perm.METHODS' factories)
-FLOWER_METHODS = ("fedavg", "localized_fedavg", "perm", "perm_alpha", "perfedavg_fo", "perfedavg_hf", "pfedme")
 TOLERANCE = 1e-4  # the issue's bar for the final personalized accuracy
 
 
@@ -45,9 +45,11 @@ class FlowerEquivalenceConfig(PermFig1Config):
     @field_validator("methods")
     @classmethod
     def _federated_methods(cls, v):
-        bad = [m for m in v if m not in FLOWER_METHODS]
+        bad = [m for m in v if m not in FEDERATED_METHODS]
         if bad:
-            raise ValueError(f"must be methods a federated engine runs, from {sorted(FLOWER_METHODS)}; got {bad}")
+            why = "; ".join(f"{m}: {METHODS[m].algorithm.federated}" for m in bad if m in METHODS)
+            raise ValueError(f"must be methods a federated engine runs, from {sorted(FEDERATED_METHODS)}; got {bad}"
+                             + (f" ({why})" if why else ""))
         return v
 
     @field_validator("engines")
@@ -57,14 +59,14 @@ class FlowerEquivalenceConfig(PermFig1Config):
 
 
 def specs_for(cfg: FlowerEquivalenceConfig, seed: int, model: FunctionalModel) -> dict[str, tuple]:
-    """{method name: (algorithm, RunSpec)} for one seed: the algorithm from PERM's method table, its spec."""
+    """{method name: (algorithm, RunSpec)} for one seed: the algorithm from the method registry, its spec."""
     data = {"name": "perm_synthetic", "kwargs": {"num_clients": cfg.num_clients, "samples_per_client":
                                                  cfg.samples_per_client, "dim": cfg.dim,
                                                  "test_fraction": cfg.test_fraction, "seed": seed}}
     out = {}
     for key in cfg.methods:
-        name, make = METHODS[key]
-        alg = make(model, cfg)
+        name = METHODS[key].name
+        alg = METHODS[key].make(model, cfg)
         out[name] = (alg, RunSpec.for_algorithm(alg, model={"name": "logistic"}, data=data, seed=seed,
                                                 rounds=cfg.rounds, eval_every=cfg.eval_every,
                                                 batch_order=cfg.batch_order, timeout=cfg.timeout, label=name))
@@ -146,11 +148,10 @@ def equivalence(cfg: FlowerEquivalenceConfig, engines: list[str] | None = None, 
 def save_models(cfg: FlowerEquivalenceConfig, result: StageResult, folder=None) -> list:
     """The in-process runs' final states (method x seed), as PERM's curve stages save theirs; each Flower engine
     reproduces them (the table's differences), so they stand for every engine."""
-    from . import perm
     history = result.history
     inproc = history[history["engine"] == IN_PROCESS].drop(columns="engine")
-    return perm.save_models(cfg, StageResult(result.table, {}, result.data_label, result.scale,
-                                             frames={"history": inproc}, extra={"states": result.states}), folder)
+    return save_runs(cfg, StageResult(result.table, {}, result.data_label, result.scale,
+                                      frames={"history": inproc}, extra={"states": result.states}), folder)
 
 
 def differences(history: pd.DataFrame) -> pd.DataFrame:

@@ -1,199 +1,37 @@
 """PERM paper (Deng et al.) experiments: configs and figure functions behind notebooks/perm/.
 
-Every curve figure (Figs. 1, 2, 4) runs the same loop: build the federation for a seed, run every
-method for the same number of communication rounds (PERM: one shuffle step = one round, see
-``pflkit.algorithms.perm``), and evaluate each client's personalized model on its own test split.
-Per-method learning rates live in ``lr``; method-specific settings in their own sections.
+Every curve figure (Figs. 1, 2, 4) runs the shared curve machinery (``experiments.curves``: every method for
+the same number of communication rounds, PERM's one shuffle step = one round, see ``pflkit.algorithms.perm``)
+and evaluates each client's personalized model on its own test split. Per-method learning rates live in
+``lr``; method-specific settings in their own sections (``curves.PermSection`` ...).
 """
 from __future__ import annotations
 
-import inspect
 import math
 import time
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Callable, ClassVar, Literal
+from typing import Callable, ClassVar
 
 import pandas as pd
 from pydantic import Field, field_validator, model_validator
 
-from ..algorithms import FedAvg, Local, LocalizedFedAvg, PerFedAvg, PFedMe
-from ..algorithms.perm import ALPHA_INITS, ALPHA_SOLVERS, PERM
-from ..algorithms.round import WEIGHTINGS
+from ..algorithms import FedAvg
 from ..config import (PositiveInt, Section, Seed, Seeds, StageConfig, federated_memory, image_features,
                       image_partition_problems, names_from, one_of, raise_problems)
-from ..data.federated import BATCH_ORDERS, FederatedDataset
+from ..data.federated import FederatedDataset
 from ..data import prepared
+from .curves import (METHODS, MethodNames, PerFedAvgSection, PermSection, PFedMeSection, RunConfig, check_lrs,
+                     missing_lrs, run_curves)
+from .curves import save_models  # noqa: F401  (the notebooks' ``experiment.save_models``: the shared one)
+from . import curves
 from .images import DatasetSection, dataset_record, image_federation, load_images
 from ..engine import FunctionalModel, resolve_device
 from ..models import MODELS, logistic
-from ..paths import resolve
 from ..progress import note
-from ..report import StageResult, environment, table_records
-from ..runner import DivergenceError, final_table, run_methods
+from ..report import StageResult
 
-
-def default_of(cls, name: str):
-    """The default of ``cls.__init__``'s keyword ``name``: a config section takes its defaults from the
-    algorithm class, so each default lives in one place."""
-    return inspect.signature(cls.__init__).parameters[name].default
-
-
-AlphaSolver = one_of(ALPHA_SOLVERS)
-AlphaInit = one_of(ALPHA_INITS)
 ModelName = one_of(MODELS)
-
-
-class PermSection(Section):
-    """PERM's own settings (see pflkit.algorithms.perm.PERM). lam, alpha_solver, global_lr and update_every: every
-    section gives them. The others default to the class's (``default_of``): the profiles' overlays replace a whole
-    ``perm`` mapping and some leave them out (scripts/config_defaults.py, ``EXCEPTIONS``)."""
-    lam: float = Field(ge=0)
-    alpha_solver: AlphaSolver
-    alpha_steps: int = Field(default_of(PERM, "alpha_steps"), ge=1)
-    alpha_samples: int | None = Field(default_of(PERM, "alpha_samples"), ge=1)
-    global_lr: float = Field(gt=0)
-    global_steps: int = Field(default_of(PERM, "global_steps"), ge=0)
-    warmup_rounds: int = Field(default_of(PERM, "warmup_rounds"), ge=0)
-    alpha_init: AlphaInit = default_of(PERM, "alpha_init")
-    update_every: int | str | None
-
-    @field_validator("update_every", mode="before")
-    @classmethod
-    def _every(cls, v):
-        if v is None or v == "epoch" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
-            return v
-        raise ValueError(f"must be an integer >= 1, 'epoch' or null, got {v!r}")
-
-
-class PerFedAvgSection(Section):
-    """Per-FedAvg's inner step alpha (its outer step beta is lr['perfedavg_fo' | 'perfedavg_hf'])."""
-    alpha: float = Field(0.02, ge=0)
-    delta: float = Field(default_of(PerFedAvg, "delta"), gt=0)  # finite-difference Hessian-vector products (HF)
-
-
-class PFedMeSection(Section):
-    """pFedMe's personal lr, lambda, K inner steps and server mixing beta (its lr is lr['pfedme'])."""
-    personal_lr: float = Field(0.01, gt=0)
-    lam: float = Field(15.0, gt=0)
-    inner_steps: int = Field(default_of(PFedMe, "inner_steps"), ge=1)
-    beta: float = Field(default_of(PFedMe, "beta"), gt=0)
-
-
-def _local(m, c):
-    return Local(m, local_steps=c.local_steps, lr=c.lr["local"], batch_size=c.batch_size)
-
-
-def _server(c) -> dict:
-    """The FedAvg family's server settings from the config: participants per round and weighting."""
-    return {"clients_per_round": c.clients_per_round, "weighting": c.weighting}
-
-
-def _fedavg(m, c):
-    return FedAvg(m, local_steps=c.local_steps, lr=c.lr["fedavg"], batch_size=c.batch_size, **_server(c))
-
-
-def _localized(m, c):
-    return LocalizedFedAvg(m, local_steps=c.local_steps, lr=c.lr["localized_fedavg"], batch_size=c.batch_size,
-                           finetune_steps=c.finetune_steps, finetune_lr=c.finetune_lr, **_server(c))
-
-
-def _perm(m, c, key: str = "perm", visit: str = "shuffle"):
-    """PERM from section ``key`` and lr[key]: 'perm' is Alg. 1 as written; 'perm_alpha' the variant whose
-    rounds visit clients in proportion to alpha (``PERM(visit='alpha')``), with its own section and lr."""
-    p = getattr(c, key)
-    return PERM(m, local_steps=c.local_steps, lr=c.lr[key], batch_size=c.batch_size, lam=p.lam,
-                alpha_solver=p.alpha_solver, alpha_steps=p.alpha_steps, alpha_samples=p.alpha_samples,
-                global_lr=p.global_lr, global_steps=p.global_steps, warmup_rounds=p.warmup_rounds,
-                warmup_lr=c.lr.get("fedavg"), alpha_init=p.alpha_init, update_every=p.update_every,
-                visit=visit)
-
-
-def _perfedavg(variant):
-    def make(m, c):
-        return PerFedAvg(m, alpha=c.perfedavg.alpha, beta=c.lr[f"perfedavg_{variant}"], local_steps=c.local_steps,
-                         batch_size=c.batch_size, variant=variant, delta=c.perfedavg.delta, **_server(c))
-    return make
-
-
-def _pfedme(m, c):
-    p = c.pfedme
-    return PFedMe(m, lr=c.lr["pfedme"], personal_lr=p.personal_lr, lam=p.lam, local_steps=c.local_steps,
-                  batch_size=c.batch_size, inner_steps=p.inner_steps, beta=p.beta, **_server(c))
-
-
-# method key (params.yaml) -> (display name, factory(model, cfg))
-METHODS: dict[str, tuple[str, Callable]] = {
-    "local": ("Local", _local),
-    "fedavg": ("FedAvg", _fedavg),
-    "localized_fedavg": ("Localized FedAvg", _localized),
-    "perm": ("PERM", _perm),
-    "perm_alpha": ("PERM (alpha visits)", lambda m, c: _perm(m, c, "perm_alpha", "alpha")),
-    "perfedavg_fo": ("Per-FedAvg (FO)", _perfedavg("fo")),
-    "perfedavg_hf": ("Per-FedAvg (HF)", _perfedavg("hf")),
-    "pfedme": ("pFedMe", _pfedme),
-}
-MethodNames = names_from(METHODS)
-
-
-def check_lrs(lr: dict) -> dict:
-    """``lr`` unchanged, or a ValueError: it maps method names (``METHODS``) to step sizes > 0."""
-    bad = {k: x for k, x in lr.items() if k not in METHODS or not x > 0}
-    if bad:
-        raise ValueError(f"lr maps method names {sorted(METHODS)} to values > 0; bad entries: {bad}")
-    return lr
-
-
-def missing_lrs(lr: dict, methods: list[str]) -> list[tuple[str, str]]:
-    """The problem when a method of ``methods`` has no step size in ``lr`` (none: every method has one)."""
-    missing = [m for m in methods if m not in lr]
-    return [("lr", f"no value for methods {missing} (every method in methods needs its lr; "
-                   f"given: {sorted(lr)})")] if missing else []
-
-
-class RunConfig(StageConfig):
-    """Fields shared by the PERM curve figures."""
-    rounds: int = Field(ge=1)
-    local_steps: int = Field(ge=1)
-    batch_size: int = Field(ge=1)
-    lr: dict[str, float]
-    finetune_steps: int = Field(ge=1)
-    finetune_lr: float = Field(gt=0)
-    methods: MethodNames
-    seeds: Seeds
-    eval_every: int = Field(ge=1)
-    #: FedAvg, localized FedAvg, Per-FedAvg and pFedMe: clients sampled per round (null: all) and how the
-    #: server weights them; PERM (every client hosts one model per shuffle step) and Local train all
-    clients_per_round: int | None = Field(ge=1)
-    weighting: Literal[WEIGHTINGS]
-    #: minibatch draws of every method: with replacement, or shuffled passes over each client's rows
-    batch_order: Literal[BATCH_ORDERS]
-    perm: PermSection
-    perm_alpha: PermSection  # method perm_alpha: PERM(visit='alpha') with its own lambda etc.
-    perfedavg: PerFedAvgSection
-    pfedme: PFedMeSection
-
-    @field_validator("lr")
-    @classmethod
-    def _lr(cls, v):
-        return check_lrs(v)
-
-    @model_validator(mode="after")
-    def _lr_for_each_method(self):
-        raise_problems(missing_lrs(self.lr, self.methods))
-        clients = getattr(self, "num_clients", None)
-        if self.clients_per_round is not None and clients is not None and self.clients_per_round > clients:
-            raise_problems([("clients_per_round", f"{self.clients_per_round} > num_clients = {clients} "
-                                                  "(null samples every client)")])
-        return self
-
-    def alpha_sampling(self) -> tuple[int, str]:
-        """(M, key): the most rows per client a PERM method of ``methods`` samples for its alpha / global-step
-        gradients (``perm.alpha_samples``), and that key; (0, "") when every one takes the exact pass (counted
-        in the estimates as the full-batch pass). The sampled pass gathers M rows of every client at once."""
-        used = [(getattr(self, k).alpha_samples or 0, f"{k}.alpha_samples") for k in ("perm", "perm_alpha")
-                if k in self.methods]
-        return max(used, default=(0, ""))
 
 
 class SyntheticData:
@@ -236,36 +74,6 @@ class PermFig1Config(SyntheticData, RunConfig):
     test_fraction: float = Field(gt=0, lt=1)
 
 
-def perm_claim(table: pd.DataFrame, metric: str = "accuracy_mean", perm: str = "PERM",
-               history: pd.DataFrame | None = None) -> dict | None:
-    """The paper's claim for its curve figures: ``perm``'s final personalized accuracy (mean over seeds)
-    is at least every other method's (the majority-class baseline and the other PERM variants aside).
-    None when ``perm`` or every other method is missing from ``table``. With the run's ``history``, also how
-    far the margin moves between seeds (``seed_margins``): ``seeds``, and with two or more, ``margin_sd``,
-    the claims ledger's "inconclusive" test."""
-    others = table[[not (str(m).startswith("PERM") or m == "Majority class") for m in table.index]][metric]
-    if perm not in table.index or others.empty:
-        return None
-    best = others.idxmax()
-    value = float(table.loc[perm, metric])
-    claim = {"perm": round(value, 4), "best_other": best, "best_other_value": round(float(others[best]), 4),
-             "margin": round(value - float(others[best]), 4), "holds": bool(value >= float(others[best]))}
-    if history is not None:
-        margins = seed_margins(history, perm, best, metric.removesuffix("_mean"))
-        claim["seeds"] = len(margins)
-        if len(margins) > 1:
-            claim["margin_sd"] = round(float(margins.std(ddof=1)), 4)
-    return claim
-
-
-def seed_margins(history: pd.DataFrame, perm: str, other: str, metric: str = "accuracy") -> pd.Series:
-    """Per seed, ``perm``'s final ``metric`` minus ``other``'s (paired: the same seed's data and split), at each
-    method's last evaluated round, for the seeds both ran."""
-    last = history[(history["metric"] == metric)
-                   & (history["round"] == history.groupby("method")["round"].transform("max"))]
-    by_seed = last.pivot_table(index="seed", columns="method", values="value", aggfunc="mean")
-    return (by_seed[perm] - by_seed[other]).dropna()
-
 
 def describe_claim(claim: dict | None, name: str = "PERM") -> str:
     if claim is None:
@@ -285,7 +93,7 @@ def describe_final(metrics: dict, metric: str = "accuracy") -> str:
              for name, row in ranked if f"{metric}_mean" in row]
     variant = metrics.get("claim_perm_alpha_best")  # PERM (alpha visits), when it ran: its own verdict
     return (f"final personalized {metric}: " + " > ".join(parts) + "\n" + describe_claim(metrics.get("claim_perm_best"))
-            + ("\n" + describe_claim(variant, METHODS["perm_alpha"][0]) if variant else "")
+            + ("\n" + describe_claim(variant, METHODS["perm_alpha"].name) if variant else "")
             + describe_alpha_effects(metrics))
 
 
@@ -293,12 +101,12 @@ def describe_alpha_effects(metrics: dict) -> str:
     """The "why" of the PERM verdicts, from ``perm_alpha_effects`` in metrics.json (empty when absent)."""
     zero, step, own = (metrics.get(k, {}) for k in ("alpha_zero_fraction", "largest_step", "alpha_own_group_mass"))
     lines = []
-    for name in (METHODS["perm"][0], METHODS["perm_alpha"][0]):
+    for name in (METHODS["perm"].name, METHODS["perm_alpha"].name):
         if name not in zero:
             continue
         how = ("under Alg. 1's shuffle a visit to client j moves model i by eta * alpha_ij * N: "
                f"{zero[name]:.0%} of alpha is 0 (visits that leave the model where it is) and the largest step is "
-               f"{step[name]:.3g}" if name == METHODS["perm"][0] else
+               f"{step[name]:.3g}" if name == METHODS["perm"].name else
                f"visits drawn with probability alpha_ij, every step eta = {step[name]:.3g} "
                f"({zero[name]:.0%} of alpha is 0: clients never visited)")
         lines.append(f"why ({name}): {how}"
@@ -306,89 +114,12 @@ def describe_alpha_effects(metrics: dict) -> str:
     return "".join("\n" + line for line in lines)
 
 
-def run_curves(cfg: RunConfig, model_factory: Callable, data_for_seed: Callable[[int], FederatedDataset],
-               scale: str, show_progress: bool = True, record: dict | None = None,
-               checkpoint: bool = True) -> StageResult:
-    """Every configured method x seed for cfg.rounds rounds; final table, metrics and run info.
-    With ``checkpoint``, runs checkpoint every 5 rounds to build/checkpoints/<stage>/ (another profile's run:
-    build/<profile>/checkpoints/<stage>/, so profiles never overwrite each other's) and resume from there
-    (the stage's own runs only: lr sweeps pass False so they never touch the stage's files)."""
-    device = resolve_device(cfg.device)
-    model = FunctionalModel(model_factory, device)
-    methods = {METHODS[k][0]: (lambda k=k: METHODS[k][1](model, cfg)) for k in cfg.methods}
-    start = time.perf_counter()
-    states: dict = {}
-    history = run_methods(methods, lambda s: data_for_seed(s).to(device).with_batch_order(cfg.batch_order),
-                          cfg.seeds, cfg.rounds, cfg.eval_every,
-                          show_progress, keep=states,
-                          checkpoint_dir=checkpoint_dir(cfg) if checkpoint else None,
-                          checkpoint_every=5, checkpoint_tag=cfg.model_dump_json())
-    elapsed = time.perf_counter() - start
-    table = final_table(history, ("accuracy", "accuracy_weighted", "loss"))
-    data = data_for_seed(cfg.seeds[0])
-    record = record or {"dataset": data.name, "paper_dataset": data.paper_dataset or data.name,
-                        "is_substitute": data.is_substitute}
-    metrics = {**record, "final": table_records(table), "runtime_s": round(elapsed, 2)}
-    claim = perm_claim(table, history=history)
-    if claim is not None:
-        metrics["claim_perm_best"] = claim
-    # the variant, reported apart (never as "PERM")
-    claim = perm_claim(table, perm=METHODS["perm_alpha"][0], history=history)
-    if claim is not None:
-        metrics["claim_perm_alpha_best"] = claim
-    run_info = {"stage": cfg.stage, "scale": scale, "data": data.summary(), "device": str(device),
-                "environment": environment(), "config": cfg.model_dump()}
-    return StageResult(table, metrics, data.label, scale, run_info, frames={"history": history},
-                       extra={"states": states})
-
-
-def save_models(cfg: StageConfig, result: StageResult, folder=None) -> list:
-    """Every run's final state (method x seed) under ``folder`` (default: the stage's models folder), each
-    with its config, the digest of its federation and its final metrics (``pflkit.model_store``)."""
-    from .. import model_store
-    from ..data.federated import data_digest
-    folder = model_store.models_dir(cfg, folder)
-    history = result.history
-    written = []
-    for (method, seed), state in sorted(result.states.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        last = history[(history["method"] == method) & (history["seed"] == seed)]
-        last = last[last["round"] == last["round"].max()]
-        written.append(model_store.save_state(folder, cfg.stage, method, seed, state, config=cfg.model_dump(),
-                                              data_digest=data_digest(state.data),
-                                              metrics=dict(zip(last["metric"], last["value"]))))
-    model_store.write_index(folder, cfg.stage, cfg.model_dump())
-    return written
-
 
 def saved_final(cfg: RunConfig, folder=None) -> pd.DataFrame:
-    """The final table (``final_table``: mean and sd over seeds per method) of the runs saved by
-    :func:`save_models`, re-evaluated from the saved states alone: the stage's recorded numbers, exactly."""
-    from .. import model_store
-    from ..eval import evaluate
-    folder = model_store.models_dir(cfg, folder)
+    """The final table of a curve stage's saved runs, re-evaluated from the saved states alone
+    (``curves.saved_final`` on what the stage trains on): its recorded numbers, exactly."""
     factory, data_for_seed, _, _ = curve_setup(cfg)
-    device = resolve_device(cfg.device)
-    model = FunctionalModel(factory, device)
-    keys = {METHODS[k][0]: k for k in cfg.methods}
-    saved = model_store.saved_runs(folder)
-    rows = []
-    for seed in cfg.seeds:
-        data = data_for_seed(seed).to(device).with_batch_order(cfg.batch_order)
-        for method in keys:
-            algorithm = METHODS[keys[method]][1](model, cfg)
-            state = model_store.restore(algorithm, data, saved[(method, seed)])
-            summary = evaluate(model, algorithm.personalized(state), data).summary()
-            rows += [(state.round, method, seed, k, float(v)) for k, v in summary.items()]
-    from ..eval import HISTORY_COLUMNS
-    return final_table(pd.DataFrame(rows, columns=HISTORY_COLUMNS), ("accuracy", "accuracy_weighted", "loss"))
-
-
-def checkpoint_dir(cfg: StageConfig):
-    """build/checkpoints/<stage> for the default profile (results/<stage>); beside a profile's results
-    (build/<profile>/<stage>) build/<profile>/checkpoints/<stage>."""
-    parts = cfg.results_dir.split("/")
-    base = "/".join(parts[:2]) + "/checkpoints" if parts[0] == "build" and len(parts) > 2 else "build/checkpoints"
-    return resolve(base) / cfg.stage
+    return curves.saved_final(cfg, factory, data_for_seed, folder)
 
 
 def own_group_mass(alpha, groups):
@@ -800,7 +531,7 @@ def perm_alpha_effects(result: StageResult, cfg: ImageCurvesConfig) -> dict:
     model i), ``largest_step`` (Alg. 1: eta * max_ij alpha_ij * N, the largest step any visit takes; the
     alpha-visit variant always steps eta), and with label groups ``alpha_own_group_mass`` (alpha_i's mass on
     clients of i's own group; 1/G is what uniform alpha gives)."""
-    keys = {METHODS[k][0]: k for k in ("perm", "perm_alpha")}
+    keys = {METHODS[k].name: k for k in ("perm", "perm_alpha")}
     stats: dict[str, dict[str, list]] = {}
     for (method, _seed), state in sorted(result.states.items()):
         alpha = getattr(state, "alpha", None)
@@ -825,35 +556,11 @@ def perm_alpha_effects(result: StageResult, cfg: ImageCurvesConfig) -> dict:
 FIGURES = {"perm_fig1": fig1, "perm_fig2": image_curves, "perm_fig4": image_curves}
 
 
-def lr_sweep(cfg: RunConfig, grid: list[float], methods: list[str] | None = None, seeds: list[int] | None = None,
-             show_progress: bool = False, sections: dict | None = None) -> pd.DataFrame:
-    """Every method x learning rate on the stage's own setting and round budget; one row each with
-    the final personalized accuracy/loss (mean over ``seeds``). Localized FedAvg's fine-tuning lr
-    follows its lr. The best lr per method has the highest final accuracy; ties go to the lower loss.
-    ``sections`` optionally overrides method sections for the whole sweep (e.g. {"perfedavg": {"alpha": 0.5}})."""
-    figure = FIGURES[cfg.stage]
-    if sections:
-        cfg = type(cfg).build({**cfg.model_dump(), **{k: {**cfg.model_dump()[k], **v} for k, v in sections.items()}})
-    rows = []
-    for key in methods or cfg.methods:
-        for lr in grid:
-            update = {"methods": [key], "lr": {**cfg.lr, key: lr}, "seeds": seeds or cfg.seeds}
-            if key == "localized_fedavg":
-                update["finetune_lr"] = lr
-            try:
-                result = figure(cfg.model_copy(update=update), show_progress=show_progress, checkpoint=False)
-            except DivergenceError as exc:  # record the diverged setting and go on
-                rows.append({"method": key, "lr": lr, "accuracy": float("nan"), "loss": float("nan"),
-                             "diverged": str(exc)})
-                continue
-            row = result.table.loc[METHODS[key][0]]
-            rows.append({"method": key, "lr": lr, "accuracy": row["accuracy_mean"], "loss": row["loss_mean"],
-                         "diverged": ""})
-    table = pd.DataFrame(rows)
-    ranked = table.dropna(subset=["accuracy"]).sort_values(["method", "accuracy", "loss"],
-                                                            ascending=[True, False, True])
-    table["best"] = table.index.isin(ranked.groupby("method").head(1).index)
-    return table
+def lr_sweep(cfg: RunConfig, grid: list[float], **kwargs) -> pd.DataFrame:
+    """The lr sweep of a curve stage (``curves.lr_sweep`` with the stage's figure function): ``python -m pflkit
+    tune <stage>``."""
+    return curves.lr_sweep(FIGURES[cfg.stage], cfg, grid, **kwargs)
+
 
 
 def save_alpha(result: StageResult, path, seed: int | None = None) -> None:
@@ -1003,16 +710,16 @@ def fig3(cfg: PermFig3Config) -> StageResult:
                                        perm=cfg.perm, perfedavg=cfg.perfedavg, pfedme=cfg.pfedme,
                                        clients_per_round=None, weighting="uniform")
             for key in cfg.methods:
-                algo = METHODS[key][1](model, settings)
+                algo = METHODS[key].make(model, settings)
                 state = algo.round(algo.init(data, 0))
                 for rep in range(cfg.repeats):
                     start = time.perf_counter()
                     state = algo.round(state)
                     if device.type == "cuda":
                         torch.cuda.synchronize()
-                    rows.append({"workload": workload, "method": METHODS[key][0], "repeat": rep,
+                    rows.append({"workload": workload, "method": METHODS[key].name, "repeat": rep,
                                  "seconds": time.perf_counter() - start})
-                note(f"{cfg.stage}: {workload} {METHODS[key][0]} timed")
+                note(f"{cfg.stage}: {workload} {METHODS[key].name} timed")
     finally:
         torch.set_num_threads(previous)
     times = pd.DataFrame(rows)

@@ -27,15 +27,16 @@ import torch
 from pydantic import Field, field_validator, model_validator
 
 from ..algorithms.perm_hetero import DISCREPANCIES, PartialFedAvg, PERMHetero
-from ..config import (PositiveInt, Seed, Seeds, StageConfig, federated_memory, image_features, image_partition_problems,
-                      names_from, one_of, raise_problems)
+from ..config import (PositiveInt, Section, Seed, Seeds, StageConfig, federated_memory, image_features,
+                      image_partition_problems, names_from, one_of, raise_problems)
 from ..engine import FunctionalModel, resolve_device
 from ..eval import evaluate
 from ..models.width import EXTRACTIONS, masks_for, mlp_spec, num_parameters
 from ..report import StageResult, environment
 from ..runner import run_methods
 from .images import DatasetSection, dataset_record, image_federation, load_images
-from .perm import PermSection, Section
+from .curves import PermSection
+from .curves import save_models  # noqa: F401  (the notebook's ``experiment.save_models``: the shared one)
 
 METHOD_NAMES = {"perm_hetero": "PERM-hetero", "perm_hetero_paper": "PERM-hetero (paper D)",
                 "heterofl": "HeteroFL + FT", "fedrolex": "FedRolex + FT", "small_fedavg": "Small-model FedAvg + FT"}
@@ -264,18 +265,6 @@ def hetero_experiment(cfg: PermHeteroConfig, show_progress: bool = True) -> Stag
     return StageResult(groups, metrics, label, scale, run_info,
                        frames={"history": history, "groups": groups, "clients": clients, "costs": costs},
                        extra={"claim": claim, "states": states})
-
-
-def save_models(cfg: PermHeteroConfig, result: StageResult, folder=None) -> list:
-    """Every run's final state (method x seed; the masks are the method's, rebuilt from the config)."""
-    from .. import model_store
-    from ..data.federated import data_digest
-    folder = model_store.models_dir(cfg, folder)
-    written = [model_store.save_state(folder, cfg.stage, method, seed, state, config=cfg.model_dump(),
-                                      data_digest=data_digest(state.data))
-               for (method, seed), state in sorted(result.states.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
-    model_store.write_index(folder, cfg.stage, cfg.model_dump())
-    return written
 
 
 def saved_groups(cfg: PermHeteroConfig, folder=None) -> pd.DataFrame:

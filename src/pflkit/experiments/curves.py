@@ -1,0 +1,342 @@
+"""The curve machinery every curve stage shares (PERM's Figs. 1, 2 and 4, Fig. 3's timing, the hetero and the
+Flower stages): the one method registry (params.yaml's method keys -> display name, algorithm class,
+factory), the methods' own config sections, ``RunConfig``, ``run_curves`` (every method x seed, with
+checkpoints), the saved runs (``save_models`` and their re-evaluation), the lr sweep and the "PERM is best"
+claim with its seed-to-seed spread. Paper modules (``experiments.perm`` and the others) hold their configs and
+figure functions only.
+"""
+from __future__ import annotations
+
+import inspect
+import time
+from typing import Callable, Literal, NamedTuple
+
+import pandas as pd
+from pydantic import Field, field_validator, model_validator
+
+from .. import model_store
+from ..algorithms import FedAvg, Local, LocalizedFedAvg, PerFedAvg, PFedMe
+from ..algorithms.perm import ALPHA_INITS, ALPHA_SOLVERS, PERM
+from ..algorithms.round import WEIGHTINGS
+from ..config import Section, Seeds, StageConfig, names_from, one_of, raise_problems
+from ..data.federated import BATCH_ORDERS, FederatedDataset, data_digest
+from ..engine import FunctionalModel, resolve_device
+from ..eval import HISTORY_COLUMNS, evaluate
+from ..paths import resolve
+from ..report import StageResult, environment, table_records
+from ..runner import DivergenceError, final_table, run_methods
+
+def default_of(cls, name: str):
+    """The default of ``cls.__init__``'s keyword ``name``: a config section takes its defaults from the
+    algorithm class, so each default lives in one place."""
+    return inspect.signature(cls.__init__).parameters[name].default
+
+
+AlphaSolver = one_of(ALPHA_SOLVERS)
+AlphaInit = one_of(ALPHA_INITS)
+
+
+class PermSection(Section):
+    """PERM's own settings (see pflkit.algorithms.perm.PERM). lam, alpha_solver, global_lr and update_every: every
+    section gives them. The others default to the class's (``default_of``): the profiles' overlays replace a whole
+    ``perm`` mapping and some leave them out (scripts/config_defaults.py, ``EXCEPTIONS``)."""
+    lam: float = Field(ge=0)
+    alpha_solver: AlphaSolver
+    alpha_steps: int = Field(default_of(PERM, "alpha_steps"), ge=1)
+    alpha_samples: int | None = Field(default_of(PERM, "alpha_samples"), ge=1)
+    global_lr: float = Field(gt=0)
+    global_steps: int = Field(default_of(PERM, "global_steps"), ge=0)
+    warmup_rounds: int = Field(default_of(PERM, "warmup_rounds"), ge=0)
+    alpha_init: AlphaInit = default_of(PERM, "alpha_init")
+    update_every: int | str | None
+
+    @field_validator("update_every", mode="before")
+    @classmethod
+    def _every(cls, v):
+        if v is None or v == "epoch" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+            return v
+        raise ValueError(f"must be an integer >= 1, 'epoch' or null, got {v!r}")
+
+
+class PerFedAvgSection(Section):
+    """Per-FedAvg's inner step alpha (its outer step beta is lr['perfedavg_fo' | 'perfedavg_hf'])."""
+    alpha: float = Field(0.02, ge=0)
+    delta: float = Field(default_of(PerFedAvg, "delta"), gt=0)  # finite-difference Hessian-vector products (HF)
+
+
+class PFedMeSection(Section):
+    """pFedMe's personal lr, lambda, K inner steps and server mixing beta (its lr is lr['pfedme'])."""
+    personal_lr: float = Field(0.01, gt=0)
+    lam: float = Field(15.0, gt=0)
+    inner_steps: int = Field(default_of(PFedMe, "inner_steps"), ge=1)
+    beta: float = Field(default_of(PFedMe, "beta"), gt=0)
+
+
+def _local(m, c):
+    return Local(m, local_steps=c.local_steps, lr=c.lr["local"], batch_size=c.batch_size)
+
+
+def _server(c) -> dict:
+    """The FedAvg family's server settings from the config: participants per round and weighting."""
+    return {"clients_per_round": c.clients_per_round, "weighting": c.weighting}
+
+
+def _fedavg(m, c):
+    return FedAvg(m, local_steps=c.local_steps, lr=c.lr["fedavg"], batch_size=c.batch_size, **_server(c))
+
+
+def _localized(m, c):
+    return LocalizedFedAvg(m, local_steps=c.local_steps, lr=c.lr["localized_fedavg"], batch_size=c.batch_size,
+                           finetune_steps=c.finetune_steps, finetune_lr=c.finetune_lr, **_server(c))
+
+
+def _perm(m, c, key: str = "perm", visit: str = "shuffle"):
+    """PERM from section ``key`` and lr[key]: 'perm' is Alg. 1 as written; 'perm_alpha' the variant whose
+    rounds visit clients in proportion to alpha (``PERM(visit='alpha')``), with its own section and lr."""
+    p = getattr(c, key)
+    return PERM(m, local_steps=c.local_steps, lr=c.lr[key], batch_size=c.batch_size, lam=p.lam,
+                alpha_solver=p.alpha_solver, alpha_steps=p.alpha_steps, alpha_samples=p.alpha_samples,
+                global_lr=p.global_lr, global_steps=p.global_steps, warmup_rounds=p.warmup_rounds,
+                warmup_lr=c.lr.get("fedavg"), alpha_init=p.alpha_init, update_every=p.update_every,
+                visit=visit)
+
+
+def _perfedavg(variant):
+    def make(m, c):
+        return PerFedAvg(m, alpha=c.perfedavg.alpha, beta=c.lr[f"perfedavg_{variant}"], local_steps=c.local_steps,
+                         batch_size=c.batch_size, variant=variant, delta=c.perfedavg.delta, **_server(c))
+    return make
+
+
+def _pfedme(m, c):
+    p = c.pfedme
+    return PFedMe(m, lr=c.lr["pfedme"], personal_lr=p.personal_lr, lam=p.lam, local_steps=c.local_steps,
+                  batch_size=c.batch_size, inner_steps=p.inner_steps, beta=p.beta, **_server(c))
+
+
+class Method(NamedTuple):
+    """A registry entry: the display name (history, tables, figures), the algorithm class (what it declares:
+    ``federated``, ``tolerates_missing``) and the factory ``make(model, cfg)`` reading the config's fields."""
+    name: str
+    make: Callable
+    algorithm: type
+
+
+# method key (params.yaml) -> Method; the one registry of the curve, timing, hetero and Flower stages
+METHODS: dict[str, Method] = {
+    "local": Method("Local", _local, Local),
+    "fedavg": Method("FedAvg", _fedavg, FedAvg),
+    "localized_fedavg": Method("Localized FedAvg", _localized, LocalizedFedAvg),
+    "perm": Method("PERM", _perm, PERM),
+    "perm_alpha": Method("PERM (alpha visits)", lambda m, c: _perm(m, c, "perm_alpha", "alpha"), PERM),
+    "perfedavg_fo": Method("Per-FedAvg (FO)", _perfedavg("fo"), PerFedAvg),
+    "perfedavg_hf": Method("Per-FedAvg (HF)", _perfedavg("hf"), PerFedAvg),
+    "pfedme": Method("pFedMe", _pfedme, PFedMe),
+}
+#: the method keys a federated engine runs: those whose class declares ``federated = True`` (the others say why not)
+FEDERATED_METHODS = tuple(k for k, m in METHODS.items() if m.algorithm.federated is True)
+MethodNames = names_from(METHODS)
+
+
+def check_lrs(lr: dict) -> dict:
+    """``lr`` unchanged, or a ValueError: it maps method names (``METHODS``) to step sizes > 0."""
+    bad = {k: x for k, x in lr.items() if k not in METHODS or not x > 0}
+    if bad:
+        raise ValueError(f"lr maps method names {sorted(METHODS)} to values > 0; bad entries: {bad}")
+    return lr
+
+
+def missing_lrs(lr: dict, methods: list[str]) -> list[tuple[str, str]]:
+    """The problem when a method of ``methods`` has no step size in ``lr`` (none: every method has one)."""
+    missing = [m for m in methods if m not in lr]
+    return [("lr", f"no value for methods {missing} (every method in methods needs its lr; "
+                   f"given: {sorted(lr)})")] if missing else []
+
+
+class RunConfig(StageConfig):
+    """Fields shared by the PERM curve figures."""
+    rounds: int = Field(ge=1)
+    local_steps: int = Field(ge=1)
+    batch_size: int = Field(ge=1)
+    lr: dict[str, float]
+    finetune_steps: int = Field(ge=1)
+    finetune_lr: float = Field(gt=0)
+    methods: MethodNames
+    seeds: Seeds
+    eval_every: int = Field(ge=1)
+    #: FedAvg, localized FedAvg, Per-FedAvg and pFedMe: clients sampled per round (null: all) and how the
+    #: server weights them; PERM (every client hosts one model per shuffle step) and Local train all
+    clients_per_round: int | None = Field(ge=1)
+    weighting: Literal[WEIGHTINGS]
+    #: minibatch draws of every method: with replacement, or shuffled passes over each client's rows
+    batch_order: Literal[BATCH_ORDERS]
+    perm: PermSection
+    perm_alpha: PermSection  # method perm_alpha: PERM(visit='alpha') with its own lambda etc.
+    perfedavg: PerFedAvgSection
+    pfedme: PFedMeSection
+
+    @field_validator("lr")
+    @classmethod
+    def _lr(cls, v):
+        return check_lrs(v)
+
+    @model_validator(mode="after")
+    def _lr_for_each_method(self):
+        raise_problems(missing_lrs(self.lr, self.methods))
+        clients = getattr(self, "num_clients", None)
+        if self.clients_per_round is not None and clients is not None and self.clients_per_round > clients:
+            raise_problems([("clients_per_round", f"{self.clients_per_round} > num_clients = {clients} "
+                                                  "(null samples every client)")])
+        return self
+
+    def alpha_sampling(self) -> tuple[int, str]:
+        """(M, key): the most rows per client a PERM method of ``methods`` samples for its alpha / global-step
+        gradients (``perm.alpha_samples``), and that key; (0, "") when every one takes the exact pass (counted
+        in the estimates as the full-batch pass). The sampled pass gathers M rows of every client at once."""
+        used = [(getattr(self, k).alpha_samples or 0, f"{k}.alpha_samples") for k in ("perm", "perm_alpha")
+                if k in self.methods]
+        return max(used, default=(0, ""))
+
+
+def perm_claim(table: pd.DataFrame, metric: str = "accuracy_mean", perm: str = "PERM",
+               history: pd.DataFrame | None = None) -> dict | None:
+    """The paper's claim for its curve figures: ``perm``'s final personalized accuracy (mean over seeds)
+    is at least every other method's (the majority-class baseline and the other PERM variants aside).
+    None when ``perm`` or every other method is missing from ``table``. With the run's ``history``, also how
+    far the margin moves between seeds (``seed_margins``): ``seeds``, and with two or more, ``margin_sd``,
+    the claims ledger's "inconclusive" test."""
+    others = table[[not (str(m).startswith("PERM") or m == "Majority class") for m in table.index]][metric]
+    if perm not in table.index or others.empty:
+        return None
+    best = others.idxmax()
+    value = float(table.loc[perm, metric])
+    claim = {"perm": round(value, 4), "best_other": best, "best_other_value": round(float(others[best]), 4),
+             "margin": round(value - float(others[best]), 4), "holds": bool(value >= float(others[best]))}
+    if history is not None:
+        margins = seed_margins(history, perm, best, metric.removesuffix("_mean"))
+        claim["seeds"] = len(margins)
+        if len(margins) > 1:
+            claim["margin_sd"] = round(float(margins.std(ddof=1)), 4)
+    return claim
+
+
+def seed_margins(history: pd.DataFrame, perm: str, other: str, metric: str = "accuracy") -> pd.Series:
+    """Per seed, ``perm``'s final ``metric`` minus ``other``'s (paired: the same seed's data and split), at each
+    method's last evaluated round, for the seeds both ran."""
+    last = history[(history["metric"] == metric)
+                   & (history["round"] == history.groupby("method")["round"].transform("max"))]
+    by_seed = last.pivot_table(index="seed", columns="method", values="value", aggfunc="mean")
+    return (by_seed[perm] - by_seed[other]).dropna()
+
+
+def run_curves(cfg: RunConfig, model_factory: Callable, data_for_seed: Callable[[int], FederatedDataset],
+               scale: str, show_progress: bool = True, record: dict | None = None,
+               checkpoint: bool = True) -> StageResult:
+    """Every configured method x seed for cfg.rounds rounds; final table, metrics and run info.
+    With ``checkpoint``, runs checkpoint every 5 rounds to build/checkpoints/<stage>/ (another profile's run:
+    build/<profile>/checkpoints/<stage>/, so profiles never overwrite each other's) and resume from there
+    (the stage's own runs only: lr sweeps pass False so they never touch the stage's files)."""
+    device = resolve_device(cfg.device)
+    model = FunctionalModel(model_factory, device)
+    methods = {METHODS[k].name: (lambda k=k: METHODS[k].make(model, cfg)) for k in cfg.methods}
+    start = time.perf_counter()
+    states: dict = {}
+    history = run_methods(methods, lambda s: data_for_seed(s).to(device).with_batch_order(cfg.batch_order),
+                          cfg.seeds, cfg.rounds, cfg.eval_every,
+                          show_progress, keep=states,
+                          checkpoint_dir=checkpoint_dir(cfg) if checkpoint else None,
+                          checkpoint_every=5, checkpoint_tag=cfg.model_dump_json())
+    elapsed = time.perf_counter() - start
+    table = final_table(history, ("accuracy", "accuracy_weighted", "loss"))
+    data = data_for_seed(cfg.seeds[0])
+    record = record or {"dataset": data.name, "paper_dataset": data.paper_dataset or data.name,
+                        "is_substitute": data.is_substitute}
+    metrics = {**record, "final": table_records(table), "runtime_s": round(elapsed, 2)}
+    claim = perm_claim(table, history=history)
+    if claim is not None:
+        metrics["claim_perm_best"] = claim
+    # the variant, reported apart (never as "PERM")
+    claim = perm_claim(table, perm=METHODS["perm_alpha"].name, history=history)
+    if claim is not None:
+        metrics["claim_perm_alpha_best"] = claim
+    run_info = {"stage": cfg.stage, "scale": scale, "data": data.summary(), "device": str(device),
+                "environment": environment(), "config": cfg.model_dump()}
+    return StageResult(table, metrics, data.label, scale, run_info, frames={"history": history},
+                       extra={"states": states})
+
+
+def save_models(cfg: StageConfig, result: StageResult, folder=None) -> list:
+    """Every run's final state (method x seed) under ``folder`` (default: the stage's models folder), each
+    with its config, the digest of its federation and its final metrics (``pflkit.model_store``)."""
+    folder = model_store.models_dir(cfg, folder)
+    history = result.history
+    written = []
+    for (method, seed), state in sorted(result.states.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        last = history[(history["method"] == method) & (history["seed"] == seed)]
+        last = last[last["round"] == last["round"].max()]
+        written.append(model_store.save_state(folder, cfg.stage, method, seed, state, config=cfg.model_dump(),
+                                              data_digest=data_digest(state.data),
+                                              metrics=dict(zip(last["metric"], last["value"]))))
+    model_store.write_index(folder, cfg.stage, cfg.model_dump())
+    return written
+
+
+def saved_final(cfg: RunConfig, factory: Callable, data_for_seed: Callable[[int], FederatedDataset],
+                folder=None) -> pd.DataFrame:
+    """The final table (``final_table``: mean and sd over seeds per method) of the runs saved by
+    :func:`save_models`, re-evaluated from the saved states alone (``factory`` and ``data_for_seed``: what the
+    stage trained on): the stage's recorded numbers, exactly."""
+    folder = model_store.models_dir(cfg, folder)
+    device = resolve_device(cfg.device)
+    model = FunctionalModel(factory, device)
+    keys = {METHODS[k].name: k for k in cfg.methods}
+    saved = model_store.saved_runs(folder)
+    rows = []
+    for seed in cfg.seeds:
+        data = data_for_seed(seed).to(device).with_batch_order(cfg.batch_order)
+        for method in keys:
+            algorithm = METHODS[keys[method]].make(model, cfg)
+            state = model_store.restore(algorithm, data, saved[(method, seed)])
+            summary = evaluate(model, algorithm.personalized(state), data).summary()
+            rows += [(state.round, method, seed, k, float(v)) for k, v in summary.items()]
+    return final_table(pd.DataFrame(rows, columns=HISTORY_COLUMNS), ("accuracy", "accuracy_weighted", "loss"))
+
+
+def checkpoint_dir(cfg: StageConfig):
+    """build/checkpoints/<stage> for the default profile (results/<stage>); beside a profile's results
+    (build/<profile>/<stage>) build/<profile>/checkpoints/<stage>."""
+    parts = cfg.results_dir.split("/")
+    base = "/".join(parts[:2]) + "/checkpoints" if parts[0] == "build" and len(parts) > 2 else "build/checkpoints"
+    return resolve(base) / cfg.stage
+
+
+def lr_sweep(figure: Callable[..., StageResult], cfg: RunConfig, grid: list[float], methods: list[str] | None = None,
+             seeds: list[int] | None = None, show_progress: bool = False, sections: dict | None = None) -> pd.DataFrame:
+    """Every method x learning rate on the stage's own setting and round budget; one row each with
+    the final personalized accuracy/loss (mean over ``seeds``). Localized FedAvg's fine-tuning lr
+    follows its lr. ``figure(cfg, show_progress=, checkpoint=)``: the stage's figure function (run without
+    checkpoints, so a sweep never touches the stage's files). The best lr per method has the highest final
+    accuracy; ties go to the lower loss.
+    ``sections`` optionally overrides method sections for the whole sweep (e.g. {"perfedavg": {"alpha": 0.5}})."""
+    if sections:
+        cfg = type(cfg).build({**cfg.model_dump(), **{k: {**cfg.model_dump()[k], **v} for k, v in sections.items()}})
+    rows = []
+    for key in methods or cfg.methods:
+        for lr in grid:
+            update = {"methods": [key], "lr": {**cfg.lr, key: lr}, "seeds": seeds or cfg.seeds}
+            if key == "localized_fedavg":
+                update["finetune_lr"] = lr
+            try:
+                result = figure(cfg.model_copy(update=update), show_progress=show_progress, checkpoint=False)
+            except DivergenceError as exc:  # record the diverged setting and go on
+                rows.append({"method": key, "lr": lr, "accuracy": float("nan"), "loss": float("nan"),
+                             "diverged": str(exc)})
+                continue
+            row = result.table.loc[METHODS[key].name]
+            rows.append({"method": key, "lr": lr, "accuracy": row["accuracy_mean"], "loss": row["loss_mean"],
+                         "diverged": ""})
+    table = pd.DataFrame(rows)
+    ranked = table.dropna(subset=["accuracy"]).sort_values(["method", "accuracy", "loss"],
+                                                            ascending=[True, False, True])
+    table["best"] = table.index.isin(ranked.groupby("method").head(1).index)
+    return table
