@@ -18,7 +18,9 @@ import pandas as pd
 import torch
 from pydantic import Field, model_validator
 
+from ..algorithms.local_update import MAML, QuadraticLocalUpdate, ServerOpt, maml_theta
 from ..config import CONDITION_MAX, NonNegatives, Positives, Seed, StageConfig, raise_problems
+from ..data.quadratic_clients import QuadraticModel, quadratic_clients
 from ..report import StageResult, environment, table_records
 from ..theory import surrogate as S
 
@@ -385,8 +387,6 @@ def simulated(cfg: SimulatedConfig) -> StageResult:
 def theory(cfg: CharlesTheoryConfig) -> StageResult:
     """Tables checking Theorem 1 (Monte Carlo and exact), Theorem 2, Lemmas 3-5, Table 2 and Corollary 1
     on random quadratic clients. Returns {name: table} plus 'metrics' (a dict)."""
-    from ..algorithms.local_update import MAML, QuadraticLocalUpdate, ServerOpt, maml_theta
-    from ..data.quadratic_clients import QuadraticModel, quadratic_clients
 
     start = time.perf_counter()
     gen = torch.Generator().manual_seed(cfg.seed)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import ClassVar, Literal
@@ -43,17 +43,27 @@ from pydantic import Field, model_validator
 from torch import Tensor
 from torch.func import vmap
 
-from .. import seeds
+from .. import model_store, seeds
 from ..algorithms.local_update import LocalUpdateGrid, setting_chunks
 from ..algorithms.server_opt import MOMENTUM_KINDS
 from ..config import (HLDA_DEFAULTS, PARTITION_OPTIONS, DatasetName, NonNegatives, PositiveInt, Positives,
-                      ProjectPath, Section, Seed, StageConfig, image_partition_problems, one_of, raise_problems,
-                      short_repr)
-from ..data.federated import FederatedDataset
+                      ProjectPath, Section, Seed, StageConfig, image_partition_problems, image_sources,
+                      network_footprint, one_of, raise_problems, short_repr)
+from ..data import prepared
+from ..data.federated import FederatedDataset, data_digest
+from ..data.hlda import hierarchical_lda
+from ..data.text import SEQ_LEN, VOCAB_SIZE
 from ..engine import FunctionalModel, resolve_device
+from ..engine.full_batch import ROW_BYTES_FACTOR
 from ..engine.params import Params
+from ..io import CheckpointError
+from ..models import count_parameters
+from ..models.femnist import femnist_cnn
+from ..models.lstm import char_lstm
+from ..models.resnet import resnet18_gn
 from ..progress import note
 from ..report import StageResult, environment
+from .images import dataset_record, image_federation
 
 TASKS = ("femnist", "cifar100", "shakespeare")
 SERVER_KINDS = MOMENTUM_KINDS  # a grid steps its gd, heavy-ball and Nesterov settings together
@@ -291,11 +301,8 @@ def _standardize(x: np.ndarray) -> np.ndarray:
 
 
 def _image_task(t: TaskSection, seed: int) -> Task:
-    from ..data import prepared
-    from .images import dataset_record, image_federation
     img = prepared.images(t.dataset, root=t.root, allow_download=t.allow_download, substitute=t.substitute)
     if t.dataset == "cifar100":
-        from dataclasses import replace
         img = replace(img, x_train=_standardize(img.x_train), x_test=_standardize(img.x_test))
     spec = dict(t.partition or {"scheme": "natural"})
     if spec["scheme"] == "hlda":
@@ -312,9 +319,6 @@ def _image_task(t: TaskSection, seed: int) -> Task:
 def task_model(t: TaskSection, shape: tuple[int, ...], num_classes: int):
     """(factory, description) of the task's model on data of ``shape`` and ``num_classes``: the FEMNIST CNN,
     ResNet-18-GN (cifar100) or the char-LSTM (shakespeare: ``num_classes`` is the vocabulary)."""
-    from ..models.femnist import femnist_cnn
-    from ..models.lstm import char_lstm
-    from ..models.resnet import resnet18_gn
     if t.dataset == "shakespeare":
         return (lambda: char_lstm(num_classes, 8, t.hidden, 2)), f"char-LSTM 2x{t.hidden}"
     if t.dataset == "femnist":
@@ -325,8 +329,6 @@ def task_model(t: TaskSection, shape: tuple[int, ...], num_classes: int):
 def _hlda_federation(t: TaskSection, img, spec: dict, seed: int) -> FederatedDataset:
     """Hierarchical LDA over the training images (TFF CIFAR-100: 500 x 100, alpha 0.1, beta 10).
     Coarse labels: CIFAR-100's 20 superclasses; for a substitute without them, label // 2."""
-    from ..data import prepared
-    from ..data.hlda import hierarchical_lda
     if img.name == "cifar100":
         coarse = prepared.images("cifar100-coarse", root=t.root, allow_download=t.allow_download).y_train
     else:
@@ -339,8 +341,6 @@ def _hlda_federation(t: TaskSection, img, spec: dict, seed: int) -> FederatedDat
 
 
 def _text_task(t: TaskSection, seed: int) -> Task:
-    from ..data import prepared
-    from ..data.text import SEQ_LEN, VOCAB_SIZE
     tc = prepared.shakespeare(t.root, t.source, t.test_fraction)
     if t.num_clients is not None and t.num_clients < len(tc.names):
         keep = np.sort(np.random.default_rng(seed).permutation(len(tc.names))[: t.num_clients])
@@ -393,9 +393,6 @@ def task_memory(t: TaskSection, settings: int, alpha_group: int, chunk: int | No
       held 46 / 374 MiB per model at B = 4, estimated 60 / 420) -- and an evaluation call (min(chunk, G)
       settings x ``EVAL_CHUNK`` rows, forward only); (b) ``STEP_COPIES`` x G models (the server step);
     * returned apart (they stay until the stage saves them): the G final models."""
-    from ..config import image_sources, network_footprint
-    from ..data.text import SEQ_LEN, VOCAB_SIZE
-    from ..engine.full_batch import ROW_BYTES_FACTOR
     if t.dataset == "shakespeare":
         roles = min(t.num_clients or TEXT_ROLES, TEXT_ROLES)
         text = TEXT_SEQUENCES * roles // TEXT_ROLES * TEXT_BYTES_PER_SEQUENCE
@@ -557,8 +554,6 @@ def _task_setup(cfg: NNConfig, t: TaskSection):
 
 def _run_tasks(cfg: NNConfig, settings: list[Setting]) -> TaskRuns:
     """run_grid on every task, watching the loss of ``cfg.eval_split`` for divergence."""
-    from ..models import count_parameters
-    from ..data.federated import data_digest
     hist, dead, records, labels, models, scales = [], [], {}, {}, {}, []
     for name, t in cfg.tasks.items():
         task, data, model, evaluate = _task_setup(cfg, t)
@@ -733,7 +728,6 @@ def save_models(cfg: NNConfig, result: StageResult, folder=None) -> list[Path]:
     digest of the federation it trained on; with the stage's config and, as metrics, each setting's last
     evaluation as the run recorded it (``final``). Plus ``index.json``. Default folder: the stage's models
     folder (``model_store.models_dir``)."""
-    from .. import model_store
     folder = model_store.models_dir(cfg, folder)
     config = cfg.model_dump()
     written = []
@@ -751,7 +745,6 @@ def save_models(cfg: NNConfig, result: StageResult, folder=None) -> list[Path]:
 
 def saved_recorded(cfg: NNConfig, folder=None) -> pd.DataFrame:
     """The last evaluations the run recorded, as saved beside its models (``final_evaluations``' layout)."""
-    from .. import model_store
     folder = model_store.models_dir(cfg, folder)
     frames = [pd.DataFrame(model_store.load(folder / f"{model_store.slug(task)}.pt")["metrics"]["final"]).assign(
         task=task) for task in cfg.tasks]
@@ -764,9 +757,6 @@ def saved_final(cfg: NNConfig, folder=None) -> pd.DataFrame:
     models evaluated as run_grid evaluated them: the same fixed sample of ``cfg.eval_split``, the settings last
     evaluated at the same round together, ``settings_chunk`` at a time. Gives the run's recorded values exactly
     (tests/integration/test_saved_models_charles.py)."""
-    from .. import model_store
-    from ..io import CheckpointError
-    from ..data.federated import data_digest
     folder = model_store.models_dir(cfg, folder)
     rows = []
     for task, t in cfg.tasks.items():

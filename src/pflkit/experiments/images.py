@@ -2,9 +2,15 @@
 substitute), loading it, recording what actually ran, and partitioning it into a federation."""
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
+
 from .. import seeds
 from ..config import DatasetName, ProjectPath, Section
+from ..data import prepared
 from ..data.federated import FederatedDataset
+from ..data.vision import federate
 
 
 class DatasetSection(Section):
@@ -18,7 +24,6 @@ class DatasetSection(Section):
 def load_images(ds: DatasetSection):
     """The dataset ``ds`` asks for (or its named substitute), from data/prepared/ when the data stages have
     prepared it (``pflkit.data.prepared.images``), else from its sources."""
-    from ..data import prepared
     return prepared.images(ds.name, root=ds.root, allow_download=ds.allow_download, substitute=ds.substitute)
 
 
@@ -31,9 +36,7 @@ def dataset_record(img) -> dict:
 def image_federation(cfg, img, seed: int) -> FederatedDataset:
     """Partition (pooled, optionally subsampled) image data into cfg.num_clients clients; ``cfg`` is any
     config with ``partition``, ``pool_size``, ``num_clients`` and ``test_fraction``."""
-    import numpy as np
 
-    from ..data.vision import federate
     spec = dict(cfg.partition)
     scheme = spec.pop("scheme")
     if scheme == "natural" and img.writers is None:
@@ -43,7 +46,6 @@ def image_federation(cfg, img, seed: int) -> FederatedDataset:
         rng = np.random.default_rng(seeds.data_sample(seed))
         keep_tr = np.sort(rng.permutation(len(img.y_train))[: int(cfg.pool_size * 0.8)])
         keep_te = np.sort(rng.permutation(len(img.y_test))[: cfg.pool_size - len(keep_tr)])
-        from dataclasses import replace
         img = replace(img, x_train=img.x_train[keep_tr], y_train=img.y_train[keep_tr],
                       x_test=img.x_test[keep_te], y_test=img.y_test[keep_te], writers=None)
     return federate(img, cfg.num_clients, scheme, seed=seed, test_fraction=cfg.test_fraction, **spec)

@@ -7,29 +7,41 @@ and evaluates each client's personalized model on its own test split. Per-method
 """
 from __future__ import annotations
 
+import io as _io
 import math
 import time
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from types import SimpleNamespace
 from typing import Callable, ClassVar
 
+import numpy as np
 import pandas as pd
+import torch
 from pydantic import Field, field_validator, model_validator
 
+from .. import model_store
 from ..algorithms import FedAvg
+from ..algorithms.perm import mixing_weights
 from ..config import (PositiveInt, Section, Seed, Seeds, StageConfig, federated_memory, image_features,
-                      image_partition_problems, names_from, one_of, raise_problems)
-from ..data.federated import FederatedDataset
+                      image_partition_problems, image_sources, names_from, network_footprint, one_of, raise_problems,
+                      short_repr)
 from ..data import prepared
+from ..data.federated import FederatedDataset
+from ..data.vision import federate
+from ..engine import FunctionalModel, resolve_device
+from ..engine.full_batch import FULL_BATCH_BYTES, ROW_BYTES_FACTOR
+from ..io import atomic_path
+from ..model_store import models_dir_of
+from ..models import MODELS, build, count_parameters, logistic, mlp
+from ..paths import resolve
+from ..progress import note
+from ..report import StageResult
+from . import curves
 from .curves import (METHODS, MethodNames, PerFedAvgSection, PermSection, PFedMeSection, RunConfig, check_lrs,
                      missing_lrs, run_curves)
 from .curves import save_models  # noqa: F401  (the notebooks' ``experiment.save_models``: the shared one)
-from . import curves
 from .images import DatasetSection, dataset_record, image_federation, load_images
-from ..engine import FunctionalModel, resolve_device
-from ..models import MODELS, logistic
-from ..progress import note
-from ..report import StageResult
 
 ModelName = one_of(MODELS)
 
@@ -182,7 +194,6 @@ class PermFig6Config(StageConfig):
 
 def alpha_summary(alpha, data: FederatedDataset) -> dict:
     """Mass on clients sharing the majority label, effective support 1/sum a^2, self weight."""
-    import torch
     mass = own_group_mass(alpha, data.label_counts().argmax(1).to(alpha.device))
     return {"same_label_mass_mean": float(mass.mean()), "same_label_mass_min": float(mass.min()),
             "effective_support_mean": float((1.0 / (alpha ** 2).sum(1)).mean()),
@@ -200,8 +211,6 @@ class AlphaPanel:
 
 def _fig6_setup(cfg: PermFig6Config):
     """(model, federation of a panel): what every Fig. 6 panel trains on and computes alpha with."""
-    from ..data.vision import federate
-    from ..models import mlp
 
     device = resolve_device(cfg.device)
     img = load_images(cfg.dataset)
@@ -216,7 +225,6 @@ def _fig6_setup(cfg: PermFig6Config):
 
 def fig6(cfg: PermFig6Config) -> StageResult:
     """Two-stage PERM's alpha (Alg. 3): FedAvg for R rounds, then alpha at w^R, per partition."""
-    from ..algorithms.perm import mixing_weights
 
     img, model, federation = _fig6_setup(cfg)
     panels = {}
@@ -244,7 +252,6 @@ def fig6_frames(result: StageResult) -> "pd.DataFrame":
 
 def save_fig6_models(cfg: PermFig6Config, result: StageResult, folder=None) -> list:
     """Each panel's FedAvg model w^R and the alpha computed at it (``pflkit.model_store``)."""
-    from .. import model_store
     folder = model_store.models_dir(cfg, folder)
     written = [model_store.save_tensors(folder, cfg.stage, panel, {"w": p.w, "alpha": p.alpha},
                                         config=cfg.model_dump(), metrics=p.summary)
@@ -256,8 +263,6 @@ def save_fig6_models(cfg: PermFig6Config, result: StageResult, folder=None) -> l
 def saved_fig6(cfg: PermFig6Config, folder=None) -> pd.DataFrame:
     """The Fig. 6 table recomputed from the saved FedAvg models alone: alpha at each saved w^R on its
     panel's federation, summarized as the stage summarizes it."""
-    from .. import model_store
-    from ..algorithms.perm import mixing_weights
     folder = model_store.models_dir(cfg, folder)
     _, model, federation = _fig6_setup(cfg)
     rows = {}
@@ -324,9 +329,7 @@ def convergence_table(convergence: pd.DataFrame) -> pd.DataFrame:
 def _convergence_rows(cfg: PermAlphaConvergenceConfig, model, data: FederatedDataset, seed: int, snapshots: dict,
                       w_star) -> tuple[list[dict], list[dict]]:
     """One seed's rows (errors at each checkpoint R) and own-group shares at the last checkpoint."""
-    import torch
 
-    from ..algorithms.perm import mixing_weights
     alpha_star = mixing_weights(model, w_star, data, cfg.lam, solver="exact")
     rows, shares = [], []
     for r, w in sorted(snapshots.items()):
@@ -344,7 +347,6 @@ def _convergence_rows(cfg: PermAlphaConvergenceConfig, model, data: FederatedDat
 
 def save_convergence_models(cfg: PermAlphaConvergenceConfig, result: StageResult, folder=None) -> list:
     """Per seed, the FedAvg models w^R at every checkpoint R and w* (``pflkit.model_store``)."""
-    from .. import model_store
     folder = model_store.models_dir(cfg, folder)
     written = []
     for seed, (snapshots, w_star) in result.snapshots.items():
@@ -356,7 +358,6 @@ def save_convergence_models(cfg: PermAlphaConvergenceConfig, result: StageResult
 
 def saved_convergence(cfg: PermAlphaConvergenceConfig, folder=None) -> pd.DataFrame:
     """The Theorem 1 rows (``convergence``) recomputed from the saved models alone."""
-    from .. import model_store
     folder = model_store.models_dir(cfg, folder)
     device = resolve_device(cfg.device)
     model = FunctionalModel(lambda: logistic((cfg.dim,), 2), device)
@@ -377,7 +378,6 @@ class ModelSection(Section):
     channels: list[PositiveInt] | None  # cnn conv channels
 
     def factory(self, shape, num_classes):
-        from ..models import build
         kw = {}
         if self.name == "mlp" and self.hidden:
             kw["hidden"] = tuple(self.hidden)
@@ -414,8 +414,6 @@ class ImageCurvesConfig(RunConfig):
         profile canary cut (N = 10, K = 20, CNN 32/64/512, all 70,000 substitute images) peaked 1,080 MiB
         above it; this says 1,448 MiB when the substitute loads, 2,684 MiB where CIFAR-10 may download
         (tests/unit/test_canary.py)."""
-        from ..config import image_sources, network_footprint
-        from ..engine.full_batch import FULL_BATCH_BYTES, ROW_BYTES_FACTOR
         best = (0, "")
         ds = self.dataset
         for shape, classes, samples in image_sources(ds.name, ds.substitute, ds.root, ds.allow_download):
@@ -456,9 +454,7 @@ class PermFig2Config(ImageCurvesConfig):
 def alpha_folder(results_dir: str, stage: str) -> str:
     """perm_fig4's models folder for the run whose results go to ``results_dir`` (a perm_fig4 or perm_fig5
     run): models/perm_fig4 for the pipeline, build/<profile>/perm_fig4/models for a profile's run."""
-    from pathlib import PurePosixPath
 
-    from ..model_store import models_dir_of
     fig4 = results_dir if stage == "perm_fig4" else str(PurePosixPath(results_dir).parent / "perm_fig4")
     return models_dir_of(fig4, "perm_fig4")
 
@@ -466,9 +462,7 @@ def alpha_folder(results_dir: str, stage: str) -> str:
 def alpha_file_problem(value: str, results_dir: str, stage: str) -> str | None:
     """Why ``alpha_file`` is not allowed (None: it is): Fig. 4 writes it and Fig. 5 reads it, so it must be a
     relative ``.npz`` path inside perm_fig4's models folder (a DVC output), never elsewhere."""
-    from pathlib import PurePosixPath
 
-    from ..config import short_repr
     folder = PurePosixPath(alpha_folder(results_dir, stage))
     path = PurePosixPath(value)
     inside = (not path.is_absolute() and "\\" not in value and ".." not in path.parts
@@ -505,7 +499,6 @@ def curve_setup(cfg: RunConfig) -> tuple[Callable, Callable[[int], FederatedData
         return (lambda: logistic((cfg.dim,), 2)), cfg.synthetic, None, scale
     img = load_images(cfg.dataset)
     factory = cfg.model.factory(img.shape, img.num_classes)
-    from ..models import count_parameters
     if cfg.label_groups > img.num_classes:
         raise ValueError(f"label_groups: {cfg.label_groups} exceeds the {img.num_classes} classes of {img.label}; "
                          f"allowed: 1..{img.num_classes}")
@@ -565,12 +558,8 @@ def lr_sweep(cfg: RunConfig, grid: list[float], **kwargs) -> pd.DataFrame:
 
 def save_alpha(result: StageResult, path, seed: int | None = None) -> None:
     """PERM's final alpha (and each client's label histogram) for the heat-map figure (Fig. 5)."""
-    import io as _io
 
-    import numpy as np
 
-    from ..io import atomic_path
-    from ..paths import resolve
     seed = result.run_info["config"]["seeds"][0] if seed is None else seed
     state = result.states[("PERM", seed)]
     if state.alpha is None:
@@ -585,7 +574,6 @@ def save_alpha(result: StageResult, path, seed: int | None = None) -> None:
 def matrix_frame(order, **matrices) -> pd.DataFrame:
     """N x N matrices (alpha, label overlap, ...) in display ``order`` as a long table for a heat-map figure:
     one row per (i, j) display position with the clients shown there and one column per matrix."""
-    import numpy as np
     order = np.asarray(order)
     n = len(order)
     i, j = np.divmod(np.arange(n * n), n)
@@ -597,9 +585,7 @@ def matrix_frame(order, **matrices) -> pd.DataFrame:
 
 def load_alpha(path) -> dict:
     """Read what ``save_alpha`` wrote (plain arrays; no pickle)."""
-    import numpy as np
 
-    from ..paths import resolve
     with np.load(resolve(path), allow_pickle=False) as z:
         return {k: (z[k].item() if z[k].ndim == 0 else z[k]) for k in z.files}
 
@@ -668,8 +654,6 @@ class PermFig3Config(StageConfig):
         (``federated_memory``; the MNIST MLP's 784 -> 200 -> 200 -> 10) and one full-batch pass (PERM's alpha
         and global step: at most ``engine.full_batch.FULL_BATCH_BYTES`` of rows). The paper profile's canary
         (both workloads, N = 50, K = 20) peaked 598 MiB above its baseline process; this says 500 MiB."""
-        from ..config import image_sources
-        from ..engine.full_batch import FULL_BATCH_BYTES
         data = self.num_clients * self.samples_per_client * (self.dim + 1) * 12
         features, hidden = (784, (200, 200)) if "mnist-mlp" in self.workloads else (self.dim + 1, ())
         if "mnist-mlp" in self.workloads:
@@ -685,10 +669,7 @@ def fig3(cfg: PermFig3Config) -> StageResult:
     """Time ``repeats`` consecutive rounds of every method after one warm-up round; PERM's time
     includes its periodic global-model + alpha updates (every ``perm.update_every`` rounds), so the
     per-round mean is the amortized cost. Rows: workload, method, repeat, seconds."""
-    import torch
 
-    from ..data.vision import federate
-    from ..models import mlp
     device = resolve_device(cfg.device)
     previous = torch.get_num_threads()
     torch.set_num_threads(cfg.threads)

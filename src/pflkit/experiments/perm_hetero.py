@@ -26,17 +26,18 @@ import pandas as pd
 import torch
 from pydantic import Field, field_validator, model_validator
 
+from .. import model_store
 from ..algorithms.perm_hetero import DISCREPANCIES, PartialFedAvg, PERMHetero
 from ..config import (PositiveInt, Section, Seed, Seeds, StageConfig, federated_memory, image_features,
                       image_partition_problems, names_from, one_of, raise_problems)
 from ..engine import FunctionalModel, resolve_device
-from ..eval import evaluate
+from ..eval import evaluate, majority_baseline
 from ..models.width import EXTRACTIONS, masks_for, mlp_spec, num_parameters
 from ..report import StageResult, environment
 from ..runner import run_methods
-from .images import DatasetSection, dataset_record, image_federation, load_images
 from .curves import PermSection
 from .curves import save_models  # noqa: F401  (the notebook's ``experiment.save_models``: the shared one)
+from .images import DatasetSection, dataset_record, image_federation, load_images
 
 METHOD_NAMES = {"perm_hetero": "PERM-hetero", "perm_hetero_paper": "PERM-hetero (paper D)",
                 "heterofl": "HeteroFL + FT", "fedrolex": "FedRolex + FT", "small_fedavg": "Small-model FedAvg + FT"}
@@ -242,7 +243,6 @@ def hetero_experiment(cfg: PermHeteroConfig, show_progress: bool = True) -> Stag
     history = run_methods(methods, data_for_seed, cfg.seeds, cfg.rounds, cfg.eval_every, show_progress, keep=states)
     elapsed = time.perf_counter() - start
     rows = _client_rows(methods, model, fractions, states)
-    from ..eval import majority_baseline
     for seed in cfg.seeds:
         acc = majority_baseline(data_for_seed(seed)).accuracy
         rows += [{"method": "Majority class", "seed": seed, "client": j, "budget": r, "accuracy": float(acc[j]),
@@ -269,7 +269,6 @@ def hetero_experiment(cfg: PermHeteroConfig, show_progress: bool = True) -> Stag
 
 def saved_groups(cfg: PermHeteroConfig, folder=None) -> pd.DataFrame:
     """The per-budget-group accuracy table of the trained methods, from the saved states alone."""
-    from .. import model_store
     folder = model_store.models_dir(cfg, folder)
     _, _, model, fractions, methods, data_for_seed = _setup(cfg)
     saved = model_store.saved_runs(folder)
