@@ -139,19 +139,7 @@ def summary(rows: list[Row]) -> str:
 #: profile's overlay replaces a whole nested mapping (``perm: {..}``, ``tasks: {..}``) and these overlays leave the
 #: key out, so the class's default is the value that profile runs; or a task key the other kind of task does not
 #: use. Completing those overlays in ``profiles:`` (each key with the value the default gives) lets the entry go.
-_PROFILE_PERM = "profiles.smoke's perm overlays (perm_fig2, perm_fig4, perm_hetero, flower_equivalence) leave it out"
 EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("PermSection", "alpha_steps"): _PROFILE_PERM + " (PERM's default)",
-    ("PermSection", "alpha_samples"): _PROFILE_PERM + " (PERM's default)",
-    ("PermSection", "global_steps"): _PROFILE_PERM + " (PERM's default)",
-    ("PermSection", "warmup_rounds"): "profiles.smoke.flower_equivalence.perm leaves it out (PERM's default)",
-    ("PermSection", "alpha_init"): "profiles.smoke.flower_equivalence.perm leaves it out (PERM's default)",
-    ("PerFedAvgSection", "alpha"): "profiles.smoke.perm_fig3.perfedavg is {}",
-    ("PerFedAvgSection", "delta"): "profiles.smoke's perfedavg overlays leave it out (PerFedAvg's)",
-    ("PFedMeSection", "personal_lr"): "profiles.smoke.perm_fig3.pfedme and perm_fig4.pfedme are {}",
-    ("PFedMeSection", "lam"): "profiles.smoke.perm_fig3.pfedme and perm_fig4.pfedme are {}",
-    ("PFedMeSection", "inner_steps"): "profiles.smoke.perm_fig3.pfedme and perm_fig4.pfedme are {} (PFedMe's)",
-    ("PFedMeSection", "beta"): "profiles.smoke.perm_fig3.pfedme and perm_fig4.pfedme are {} (PFedMe's)",
     ("TaskSection", "allow_download"): "profiles.smoke's image tasks leave it out; the text task does not use it",
     ("TaskSection", "root"): "profiles.smoke's and profiles.paper's tasks leave it out",
     ("TaskSection", "test_fraction"): "profiles.smoke's and profiles.paper's tasks leave it out",

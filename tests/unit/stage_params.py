@@ -17,3 +17,31 @@ def build(name: str, profile: str = "default", /, **changes):
     """Stage ``name``'s config class validated on ``values(name, profile, **changes)`` (a ConfigError names the
     key)."""
     return stage_config(name).build(values(name, profile, **changes))
+
+
+def _section(section, algorithm, given: dict) -> dict:
+    """A full mapping of method section ``section`` for a test's own setting: ``given``, and for every other key
+    the algorithm class's default (params.yaml gives every key of a section; a test's hand-made section takes the
+    rest from the class, as ``section`` itself did before params.yaml became the one source)."""
+    import inspect
+    signature = inspect.signature(algorithm.__init__).parameters
+    rest = {k: signature[k].default for k in section.model_fields if k not in given and k in signature}
+    return {**rest, **given}
+
+
+def perm_section(**given) -> dict:
+    from pflkit.algorithms import PERM
+    from pflkit.experiments.curves import PermSection
+    return _section(PermSection, PERM, given)
+
+
+def perfedavg_section(**given) -> dict:
+    from pflkit.algorithms import PerFedAvg
+    from pflkit.experiments.curves import PerFedAvgSection
+    return _section(PerFedAvgSection, PerFedAvg, given)
+
+
+def pfedme_section(**given) -> dict:
+    from pflkit.algorithms import PFedMe
+    from pflkit.experiments.curves import PFedMeSection
+    return _section(PFedMeSection, PFedMe, given)

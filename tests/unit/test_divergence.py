@@ -22,7 +22,7 @@ from pflkit.algorithms import FedAvg
 from pflkit.experiments import curves, perm as P
 from pflkit.models import logistic
 from pflkit.runner import ABORT_MULTIPLE, DIVERGE_FACTOR, DivergenceError, run, run_methods
-from stage_params import build
+from stage_params import build, perfedavg_section, perm_section, pfedme_section
 
 MODEL = FunctionalModel(lambda: logistic((5,), 2))
 
@@ -41,9 +41,9 @@ def _tiny_fig1(**overrides):
         samples_per_client=30, dim=5, test_fraction=0.2, rounds=6, local_steps=2, batch_size=5,
         lr={k: 0.1 for k in curves.METHODS}, finetune_steps=2, finetune_lr=0.1, methods=list(curves.METHODS),
         seeds=[0, 1],
-        eval_every=2, perm={"lam": 3.0, "alpha_solver": "gd", "global_lr": 0.1, "update_every": 2},
-        perfedavg={"alpha": 0.02},
-        pfedme={"personal_lr": 0.01, "lam": 15.0})
+        eval_every=2, perm=perm_section(lam=3.0, alpha_solver="gd", global_lr=0.1, update_every=2),
+        perfedavg=perfedavg_section(alpha=0.02),
+        pfedme=pfedme_section(personal_lr=0.01, lam=15.0))
     return build("perm_fig1", **{**settings, **overrides})
 
 
@@ -168,7 +168,7 @@ BROKEN = [("local", {"lr": {"local": 1e6}}), ("fedavg", {"lr": {"fedavg": 1e6}})
           ("localized_fedavg", {"lr": {"localized_fedavg": 1e6}, "finetune_lr": 1e6}),
           ("perm", {"lr": {"perm": 1e6}}), ("perm_alpha", {"lr": {"perm_alpha": 1e6}}),
           ("perfedavg_fo", {"lr": {"perfedavg_fo": 1e6}}), ("perfedavg_hf", {"lr": {"perfedavg_hf": 1e6}}),
-          ("pfedme", {"lr": {"pfedme": 1e6}, "pfedme": {"personal_lr": 1e6, "lam": 20.0}})]
+          ("pfedme", {"lr": {"pfedme": 1e6}, "pfedme": pfedme_section(personal_lr=1e6, lam=20.0)})]
 
 
 def test_broken_methods_table_covers_every_method():

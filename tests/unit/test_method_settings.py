@@ -31,15 +31,16 @@ def test_server_settings_reach_the_fedavg_family():
     assert isinstance(built["perm"], PERM)  # PERM's shuffling has every client host a model each round
 
 
-def test_perm_section_defaults_are_the_class_defaults():
-    """The defaults PermSection keeps (for the profiles' overlays: scripts/config_defaults.py EXCEPTIONS) are PERM's."""
-    import inspect
-    signature = inspect.signature(PERM.__init__).parameters
-    section = E.PermSection(lam=300.0, alpha_solver="gd", global_lr=0.1, update_every="epoch")
-    kept = [name for name, field in E.PermSection.model_fields.items() if not field.is_required()]
-    assert kept == ["alpha_steps", "alpha_samples", "global_steps", "warmup_rounds", "alpha_init"]
-    for name in kept:
-        assert getattr(section, name) == signature[name].default, name
+@pytest.mark.parametrize("section", ["perm", "perfedavg", "pfedme"])
+def test_a_method_section_has_no_code_default_and_a_missing_key_is_named(section):
+    """params.yaml is the one source of the methods' settings: every key of their sections is required (a
+    profile's overlay replaces the whole mapping and gives every key), and one left out is named."""
+    cls = type(getattr(smoke_config(), section))
+    assert all(field.is_required() for field in cls.model_fields.values()), cls
+    values = stage_values(load_params(ROOT / "params.yaml"), "perm_fig1", "smoke")[section]
+    dropped = sorted(values)[0]
+    with pytest.raises(ConfigError, match=rf"perm_fig1\.{section}\.{dropped}: .*[Ff]ield required"):
+        smoke_config(**{section: {k: v for k, v in values.items() if k != dropped}})
 
 
 def test_shuffled_batch_order_runs_and_differs_from_with_replacement():

@@ -9,7 +9,7 @@ from pflkit.data import perm_synthetic
 from pflkit.engine import FunctionalModel, broadcast, make_generator
 from pflkit.models import logistic, mlp
 from pflkit.runner import final_table, run_methods
-from stage_params import build
+from stage_params import build, perm_section
 
 from reference import perm as ref
 
@@ -252,7 +252,7 @@ def test_fig1_reports_perm_alpha_per_seed():
         "perm_fig1", stage="perm_fig1_test", results_dir="build/t", figures_dir="build/t", device="cpu", num_clients=6,
         samples_per_client=40, dim=5, test_fraction=0.2, rounds=4, local_steps=5, batch_size=5,
         lr={"perm": 0.5}, finetune_steps=1, finetune_lr=0.1, methods=["perm"], seeds=[0, 1], eval_every=2,
-        perm={"lam": 300.0, "alpha_solver": "exact", "global_lr": 0.1, "update_every": 2})
+        perm=perm_section(lam=300.0, alpha_solver="exact", global_lr=0.1, update_every=2))
     result = fig1(cfg, show_progress=False, checkpoint=False)
     got = result.metrics["perm_alpha"]
     assert sorted(got) == ["0", "1"]

@@ -31,7 +31,7 @@ from pflkit.io import (CheckpointError, decode_value, encode_value, load_checkpo
 from pflkit.models import logistic
 from pflkit import runner
 from pflkit.runner import DivergenceError, checkpoint_path, run, run_methods
-from stage_params import build
+from stage_params import build, perfedavg_section, perm_section, pfedme_section
 
 ROOT = Path(__file__).resolve().parents[2]
 PARAMS = load_params(ROOT / "params.yaml")
@@ -226,9 +226,9 @@ SETTINGS = dict(stage="perm_fig1", results_dir="x", figures_dir="y", device="cpu
                 samples_per_client=30, dim=5, test_fraction=0.2, rounds=7, local_steps=2, batch_size=5,
                 lr={k: 0.1 for k in curves.METHODS}, finetune_steps=2, finetune_lr=0.1, methods=list(curves.METHODS),
                 seeds=[0], eval_every=2,
-                perm={"lam": 3.0, "alpha_solver": "gd", "global_lr": 0.1, "update_every": 2, "warmup_rounds": 2,
-                      "alpha_init": "estimate"},
-                perfedavg={"alpha": 0.02}, pfedme={"personal_lr": 0.01, "lam": 15.0})
+                perm=perm_section(lam=3.0, alpha_solver="gd", global_lr=0.1, update_every=2, warmup_rounds=2,
+                                  alpha_init="estimate"),
+                perfedavg=perfedavg_section(alpha=0.02), pfedme=pfedme_section(personal_lr=0.01, lam=15.0))
 
 
 class _Interrupted(Exception):

@@ -7,7 +7,6 @@ figure functions only.
 """
 from __future__ import annotations
 
-import inspect
 import time
 from typing import Callable, Literal, NamedTuple
 
@@ -26,28 +25,21 @@ from ..paths import resolve
 from ..report import StageResult, environment, table_records
 from ..runner import DivergenceError, final_table, run_methods
 
-def default_of(cls, name: str):
-    """The default of ``cls.__init__``'s keyword ``name``: a config section takes its defaults from the
-    algorithm class, so each default lives in one place."""
-    return inspect.signature(cls.__init__).parameters[name].default
-
-
 AlphaSolver = one_of(ALPHA_SOLVERS)
 AlphaInit = one_of(ALPHA_INITS)
 
 
 class PermSection(Section):
-    """PERM's own settings (see pflkit.algorithms.perm.PERM). lam, alpha_solver, global_lr and update_every: every
-    section gives them. The others default to the class's (``default_of``): the profiles' overlays replace a whole
-    ``perm`` mapping and some leave them out (scripts/config_defaults.py, ``EXCEPTIONS``)."""
+    """PERM's own settings (see pflkit.algorithms.perm.PERM), every one set by params.yaml (a profile's overlay
+    replaces the whole mapping, so it gives every key too)."""
     lam: float = Field(ge=0)
     alpha_solver: AlphaSolver
-    alpha_steps: int = Field(default_of(PERM, "alpha_steps"), ge=1)
-    alpha_samples: int | None = Field(default_of(PERM, "alpha_samples"), ge=1)
+    alpha_steps: int = Field(ge=1)
+    alpha_samples: int | None = Field(ge=1)
     global_lr: float = Field(gt=0)
-    global_steps: int = Field(default_of(PERM, "global_steps"), ge=0)
-    warmup_rounds: int = Field(default_of(PERM, "warmup_rounds"), ge=0)
-    alpha_init: AlphaInit = default_of(PERM, "alpha_init")
+    global_steps: int = Field(ge=0)
+    warmup_rounds: int = Field(ge=0)
+    alpha_init: AlphaInit
     update_every: int | str | None
 
     @field_validator("update_every", mode="before")
@@ -60,16 +52,16 @@ class PermSection(Section):
 
 class PerFedAvgSection(Section):
     """Per-FedAvg's inner step alpha (its outer step beta is lr['perfedavg_fo' | 'perfedavg_hf'])."""
-    alpha: float = Field(0.02, ge=0)
-    delta: float = Field(default_of(PerFedAvg, "delta"), gt=0)  # finite-difference Hessian-vector products (HF)
+    alpha: float = Field(ge=0)
+    delta: float = Field(gt=0)  # finite-difference Hessian-vector products (HF)
 
 
 class PFedMeSection(Section):
     """pFedMe's personal lr, lambda, K inner steps and server mixing beta (its lr is lr['pfedme'])."""
-    personal_lr: float = Field(0.01, gt=0)
-    lam: float = Field(15.0, gt=0)
-    inner_steps: int = Field(default_of(PFedMe, "inner_steps"), ge=1)
-    beta: float = Field(default_of(PFedMe, "beta"), gt=0)
+    personal_lr: float = Field(gt=0)
+    lam: float = Field(gt=0)
+    inner_steps: int = Field(ge=1)
+    beta: float = Field(gt=0)
 
 
 def _local(m, c):
