@@ -46,6 +46,10 @@ CROSS_KEY = [  # (stage, dotted key, value, message): a value that contradicts a
     ("charles_theory", "charles_theory.table2_L", 2.0**70, r"charles_theory\.table2_L: .* must lie in \[mu"),
     ("charles_fig5", "charles_fig5.server_opts", [], r"charles_fig5\.server_opts: List should have at least 1 item"),
     ("perm_fig4", "perm_fig4.methods", ["local", "fedavg"], r"perm_fig4\.methods: must include 'perm'"),
+    # hypothesis found it (test_params_property): a warm-up as long as the run leaves no alpha for Fig. 5
+    ("perm_fig4", "perm_fig4.perm.warmup_rounds", 2**31,
+     r"perm_fig4\.perm\.warmup_rounds: 2147483648 leaves PERM no round past its warm-up \(rounds = \d+\), .*"
+     r"allowed: 0\.\.\d+"),
     ("chayti_fig2", "chayti_fig2.panels.0.b", 1e-300, r"chayti_fig2\.panels\.0\.b: 1e-300 is below 1e-12"),
     ("chayti_fig1", "chayti_fig1.sigma", 1e300,
      r"chayti_fig1\.sigma: must be at most 1e\+100 in magnitude .* got 1e\+300$"),

@@ -488,6 +488,10 @@ class PermFig4Config(ImageCurvesConfig):
         if "perm" not in self.methods:
             raise_problems([("methods", f"must include 'perm': this stage saves PERM's alpha for Fig. 5 "
                                         f"(perm_fig5); got {self.methods}")])
+        if self.perm.warmup_rounds >= self.rounds:
+            raise_problems([("perm.warmup_rounds", f"{self.perm.warmup_rounds} leaves PERM no round past its warm-up "
+                                                   f"(rounds = {self.rounds}), so it has no alpha to save for Fig. 5; "
+                                                   f"allowed: 0..{self.rounds - 1}")])
         return self
 
 
