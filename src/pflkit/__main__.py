@@ -29,7 +29,8 @@ def unknown_stage(name: str, known) -> str | None:
     return f"unknown stage {name!r}; {hint}"
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser: one subcommand per entry of ``COMMANDS``."""
     parser = argparse.ArgumentParser(prog="pflkit", description=__doc__,
                                      epilog="examples:\n  " + "\n  ".join(EXAMPLES.values()),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -91,7 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("action", choices=["refresh", "check"])
     p.add_argument("paths", nargs="*", help="py:percent twins to refresh (default: all)")
 
-    args = parser.parse_args(argv)
+    return parser
+
+
+def refused_name(args) -> int | None:
+    """The exit status when ``args`` names a stage the command does not know (said on stderr), else None."""
     from . import stages as stage_table  # imports nothing else: unknown names are refused at once
     named = {"stage": [args.stage] if args.command == "stage" else [],
              "tune": [args.stage] if args.command == "tune" else [],
@@ -106,97 +111,128 @@ def main(argv: list[str] | None = None) -> int:
         if why:
             print(f"{args.command}: {why}", file=sys.stderr)
             return 2
-    from .config import ConfigError
+    return None
 
+
+def run_data(args) -> int:
+    from .config import load_params
+    from .data.prepared import PrepareWriteError, describe
+    from .data_stages import prepare
     try:
-        if args.command == "data":
-            from .config import load_params
-            from .data.prepared import PrepareWriteError, describe
-            from .data_stages import prepare
-            try:
-                for folder in prepare(args.key, load_params(args.params)):
-                    print(describe(folder))
-            except (ValueError, PrepareWriteError) as exc:
-                print(f"data {args.key}: {exc}", file=sys.stderr)
-                return 1
-        elif args.command == "stage":
-            from papermill.exceptions import PapermillExecutionError
-            notebook = args.notebook or str(PurePosixPath(stage_table.get(args.stage).notebook).with_suffix(".ipynb"))
+        for folder in prepare(args.key, load_params(args.params)):
+            print(describe(folder))
+    except (ValueError, PrepareWriteError) as exc:
+        print(f"data {args.key}: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
-            from .notebooks import StageError, run_stage
-            try:
-                report = run_stage(args.stage, notebook, args.params, args.profile)
-            except StageError as exc:  # a path and a reason: no traceback
-                print(exc, file=sys.stderr)
-                return 1
-            except PapermillExecutionError as exc:  # a cell raised: its error in one line (the run said where
-                # the executed notebook, with the whole traceback, is kept)
-                from .config import clip_line
-                print(clip_line(f"stage {args.stage} failed in cell {exc.exec_count}: {exc.ename}: {exc.evalue}"),
-                      file=sys.stderr)
-                return 1
-            print(f"{args.stage}: wrote {report}")
-        elif args.command == "reproduce" and args.canary:
-            from .canary import MAX_CLIENTS, run_canary
-            if args.max_clients is not None and args.max_clients < 1:
-                raise ConfigError(f"max-clients: must be an integer >= 1, got {args.max_clients}")
-            return run_canary(args.profile, args.stages.split(",") if args.stages else None, args.params,
-                              rounds=args.canary_rounds, short=args.short,
-                              max_clients=args.max_clients if args.max_clients else MAX_CLIENTS)
-        elif args.command == "reproduce":
-            extra = [f"--{k.replace('_', '-')}" for k in ("canary_rounds", "short", "max_clients")
-                     if getattr(args, k) not in (None, False)]
-            if extra:
-                raise ConfigError(f"{', '.join(extra)}: only with --canary")
-            from .reproduce import reproduce
-            return reproduce(args.profile, args.stages.split(",") if args.stages else None, args.params)
-        elif args.command == "tune":
-            from . import stages
-            from .config import load_params, validate_stage
-            from .io import write_csv
-            entry = stages.get(args.stage)
-            cfg = validate_stage(load_params(args.params), args.stage, args.profile)
-            lr_sweep = stages.resolve(entry.tune)  # the stage's sweep, e.g. pflkit.experiments.perm:lr_sweep
-            table = lr_sweep(cfg, [float(x) for x in args.grid.split(",")],
-                             methods=args.methods.split(",") if args.methods else None,
-                             seeds=[int(x) for x in args.seeds.split(",")])
-            folder = "results/tuning" if args.profile == "default" else f"build/{args.profile}/tuning"
-            out = write_csv(f"{folder}/{args.stage}.csv", table)
-            print(table.round(4).to_string(index=False))
-            print(f"wrote {out}")
-        elif args.command == "validate":
-            from pathlib import Path
 
-            from .config import load_dvc_stages, load_params, validate_all
-            params = load_params(args.params)
-            dvc = Path(args.dvc) if args.dvc else Path(args.params).parent / "dvc.yaml"
-            stages = load_dvc_stages(dvc) if args.dvc or dvc.exists() else None
-            problems = validate_all(params, stages)
-            if problems:
-                print(f"invalid configuration in {args.params}:", file=sys.stderr)
-                print("\n".join(problems), file=sys.stderr)
-                return 1
-            if stages is None:
-                print(f"{args.params}: every section is valid (no dvc.yaml beside it: not checked that every "
-                      "stage has a section; pass --dvc)")
-            else:
-                print(f"{args.params}: every section is valid, and every stage of {dvc} has one")
-        elif args.command == "notebooks":
-            from pathlib import Path
+def run_stage_command(args) -> int:
+    from papermill.exceptions import PapermillExecutionError
 
-            from .notebooks import check_twins, refresh
-            from .paths import project_root
-            if args.action == "check":
-                problems = check_twins()
-                print("\n".join(problems) or "every notebook matches its py:percent twin")
-                return 1 if problems else 0
-            paths = args.paths or sorted(str(p) for p in (project_root() / "notebooks").rglob("*.py"))
-            for path in paths:
-                print(f"refreshed {refresh(Path(path))}")
+    from . import stages as stage_table
+    from .notebooks import StageError, run_stage
+    notebook = args.notebook or str(PurePosixPath(stage_table.get(args.stage).notebook).with_suffix(".ipynb"))
+    try:
+        report = run_stage(args.stage, notebook, args.params, args.profile)
+    except StageError as exc:  # a path and a reason: no traceback
+        print(exc, file=sys.stderr)
+        return 1
+    except PapermillExecutionError as exc:  # a cell raised: its error in one line (the run said where
+        # the executed notebook, with the whole traceback, is kept)
+        from .config import clip_line
+        print(clip_line(f"stage {args.stage} failed in cell {exc.exec_count}: {exc.ename}: {exc.evalue}"),
+              file=sys.stderr)
+        return 1
+    print(f"{args.stage}: wrote {report}")
+    return 0
+
+
+def run_reproduce(args) -> int:
+    from .config import ConfigError
+    if args.canary:
+        from .canary import MAX_CLIENTS, run_canary
+        if args.max_clients is not None and args.max_clients < 1:
+            raise ConfigError(f"max-clients: must be an integer >= 1, got {args.max_clients}")
+        return run_canary(args.profile, args.stages.split(",") if args.stages else None, args.params,
+                          rounds=args.canary_rounds, short=args.short,
+                          max_clients=args.max_clients if args.max_clients else MAX_CLIENTS)
+    extra = [f"--{k.replace('_', '-')}" for k in ("canary_rounds", "short", "max_clients")
+             if getattr(args, k) not in (None, False)]
+    if extra:
+        raise ConfigError(f"{', '.join(extra)}: only with --canary")
+    from .reproduce import reproduce
+    return reproduce(args.profile, args.stages.split(",") if args.stages else None, args.params)
+
+
+def run_tune(args) -> int:
+    from . import stages
+    from .config import load_params, validate_stage
+    from .io import write_csv
+    entry = stages.get(args.stage)
+    cfg = validate_stage(load_params(args.params), args.stage, args.profile)
+    lr_sweep = stages.resolve(entry.tune)  # the stage's sweep, e.g. pflkit.experiments.perm:lr_sweep
+    table = lr_sweep(cfg, [float(x) for x in args.grid.split(",")],
+                     methods=args.methods.split(",") if args.methods else None,
+                     seeds=[int(x) for x in args.seeds.split(",")])
+    folder = "results/tuning" if args.profile == "default" else f"build/{args.profile}/tuning"
+    out = write_csv(f"{folder}/{args.stage}.csv", table)
+    print(table.round(4).to_string(index=False))
+    print(f"wrote {out}")
+    return 0
+
+
+def run_validate(args) -> int:
+    from pathlib import Path
+
+    from .config import load_dvc_stages, load_params, validate_all
+    params = load_params(args.params)
+    dvc = Path(args.dvc) if args.dvc else Path(args.params).parent / "dvc.yaml"
+    stages = load_dvc_stages(dvc) if args.dvc or dvc.exists() else None
+    problems = validate_all(params, stages)
+    if problems:
+        print(f"invalid configuration in {args.params}:", file=sys.stderr)
+        print("\n".join(problems), file=sys.stderr)
+        return 1
+    if stages is None:
+        print(f"{args.params}: every section is valid (no dvc.yaml beside it: not checked that every "
+              "stage has a section; pass --dvc)")
+    else:
+        print(f"{args.params}: every section is valid, and every stage of {dvc} has one")
+    return 0
+
+
+def run_notebooks(args) -> int:
+    from pathlib import Path
+
+    from .notebooks import check_twins, refresh
+    from .paths import project_root
+    if args.action == "check":
+        problems = check_twins()
+        print("\n".join(problems) or "every notebook matches its py:percent twin")
+        return 1 if problems else 0
+    paths = args.paths or sorted(str(p) for p in (project_root() / "notebooks").rglob("*.py"))
+    for path in paths:
+        print(f"refreshed {refresh(Path(path))}")
+    return 0
+
+
+#: subcommand -> what runs it (each imports what it needs, so ``--help`` and a refused name cost no torch)
+COMMANDS = {"data": run_data, "stage": run_stage_command, "reproduce": run_reproduce, "tune": run_tune,
+            "validate": run_validate, "notebooks": run_notebooks}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    refused = refused_name(args)
+    if refused is not None:
+        return refused
+    from .config import ConfigError
+    try:
+        return COMMANDS[args.command](args)
     except ConfigError as exc:
         print(f"invalid configuration:\n{exc}", file=sys.stderr)
         return 1
-    return 0
 
 
 if __name__ == "__main__":
