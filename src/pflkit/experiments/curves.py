@@ -114,7 +114,8 @@ class Method(NamedTuple):
     algorithm: type
 
 
-# method key (params.yaml) -> Method; the one registry of the curve, timing, hetero and Flower stages
+# method key (params.yaml) -> Method; the one registry of the curve, timing and Flower stages (perm_hetero and
+# charles_nn keep their own tables: DESIGN.md "Not yet in this shape")
 METHODS: dict[str, Method] = {
     "local": Method("Local", _local, Local),
     "fedavg": Method("FedAvg", _fedavg, FedAvg),
