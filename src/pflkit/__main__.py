@@ -84,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", default="0.01,0.02,0.05,0.1,0.2,0.5,1.0")
     p.add_argument("--methods", default=None, help="comma-separated method keys (default: the stage's)")
     p.add_argument("--seeds", default="0")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="tune over the stage's first ROUNDS rounds (a tuning window; default: its whole budget)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="cells (method x lr) run in this many worker processes, e.g. several on one GPU")
+    p.add_argument("--out", default=None,
+                   help="the table's CSV (default: results/tuning/<stage>.csv; another profile's: "
+                        "build/<profile>/tuning/<stage>.csv)")
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--profile", default="default", help="params.yaml profile of the stage's values "
                                                           "(default: the section as written; smoke: a quick try)")
@@ -167,16 +174,19 @@ def run_reproduce(args) -> int:
 
 def run_tune(args) -> int:
     from . import stages
-    from .config import load_params, validate_stage
+    from .config import ConfigError, load_params, validate_stage
     from .io import write_csv
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs must be at least 1, got {args.jobs}")
     entry = stages.get(args.stage)
     cfg = validate_stage(load_params(args.params), args.stage, args.profile)
     lr_sweep = stages.resolve(entry.tune)  # the stage's sweep, e.g. pflkit.experiments.perm:lr_sweep
     table = lr_sweep(cfg, [float(x) for x in args.grid.split(",")],
                      methods=args.methods.split(",") if args.methods else None,
-                     seeds=[int(x) for x in args.seeds.split(",")])
+                     seeds=[int(x) for x in args.seeds.split(",")], rounds=args.rounds, jobs=args.jobs,
+                     show_progress=True)
     folder = "results/tuning" if args.profile == "default" else f"build/{args.profile}/tuning"
-    out = write_csv(f"{folder}/{args.stage}.csv", table)
+    out = write_csv(args.out or f"{folder}/{args.stage}.csv", table)
     print(table.round(4).to_string(index=False))
     print(f"wrote {out}")
     return 0

@@ -7,13 +7,17 @@ figure functions only.
 """
 from __future__ import annotations
 
+import multiprocessing
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Callable, Literal, NamedTuple
 
 import pandas as pd
+import torch
 from pydantic import Field, field_validator, model_validator
 
-from .. import model_store
+from .. import model_store, progress
 from ..algorithms import FedAvg, Local, LocalizedFedAvg, PerFedAvg, PFedMe
 from ..algorithms.perm import ALPHA_INITS, ALPHA_SOLVERS, PERM
 from ..algorithms.round import WEIGHTINGS
@@ -304,32 +308,75 @@ def checkpoint_dir(cfg: StageConfig):
 
 
 def lr_sweep(figure: Callable[..., StageResult], cfg: RunConfig, grid: list[float], methods: list[str] | None = None,
-             seeds: list[int] | None = None, show_progress: bool = False, sections: dict | None = None) -> pd.DataFrame:
-    """Every method x learning rate on the stage's own setting and round budget; one row each with
-    the final personalized accuracy/loss (mean over ``seeds``). Localized FedAvg's fine-tuning lr
-    follows its lr. ``figure(cfg, show_progress=, checkpoint=)``: the stage's figure function (run without
-    checkpoints, so a sweep never touches the stage's files). The best lr per method has the highest final
+             seeds: list[int] | None = None, show_progress: bool = False, sections: dict | None = None,
+             rounds: int | None = None, jobs: int = 1) -> pd.DataFrame:
+    """Every method x learning rate on the stage's own setting; one row each with the final personalized
+    accuracy/loss (mean over ``seeds``), the cell's run time and the device it ran on. Localized FedAvg's
+    fine-tuning lr follows its lr. ``figure(cfg, show_progress=, checkpoint=)``: the stage's figure function (run
+    without checkpoints, so a sweep never touches the stage's files). The best lr per method has the highest final
     accuracy; ties go to the lower loss.
-    ``sections`` optionally overrides method sections for the whole sweep (e.g. {"perfedavg": {"alpha": 0.5}})."""
+    ``sections`` optionally overrides method sections for the whole sweep (e.g. {"perfedavg": {"alpha": 0.5}});
+    ``rounds`` sweeps over the stage's first ``rounds`` rounds instead of its whole budget (a tuning window;
+    validated like the stage's own value); ``jobs`` > 1 runs the cells in that many worker processes (one
+    accelerator shared, or the CPU's cores split between them); the table is the same as with one job.
+    ``show_progress``: one bar over the cells."""
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, got {jobs}")
+    dump = cfg.model_dump()
     if sections:
-        cfg = type(cfg).build({**cfg.model_dump(), **{k: {**cfg.model_dump()[k], **v} for k, v in sections.items()}})
-    rows = []
-    for key in methods or cfg.methods:
-        for lr in grid:
-            update = {"methods": [key], "lr": {**cfg.lr, key: lr}, "seeds": seeds or cfg.seeds}
-            if key == "localized_fedavg":
-                update["finetune_lr"] = lr
-            try:
-                result = figure(cfg.model_copy(update=update), show_progress=show_progress, checkpoint=False)
-            except DivergenceError as exc:  # record the diverged setting and go on
-                rows.append({"method": key, "lr": lr, "accuracy": float("nan"), "loss": float("nan"),
-                             "diverged": str(exc)})
-                continue
-            row = result.table.loc[METHODS[key].name]
-            rows.append({"method": key, "lr": lr, "accuracy": row["accuracy_mean"], "loss": row["loss_mean"],
-                         "diverged": ""})
+        dump = {**dump, **{k: {**dump[k], **v} for k, v in sections.items()}}
+    if rounds is not None:
+        dump["rounds"] = rounds
+    if sections or rounds is not None:
+        cfg = type(cfg).build(dump)  # validated: a window the stage's own rules refuse is refused here
+    cells = [(key, lr) for key in methods or cfg.methods for lr in grid]
+    args = [(figure, cfg, key, lr, seeds or cfg.seeds) for key, lr in cells]
+    bar = progress.bar(len(cells), f"tune {cfg.stage}", disable=not show_progress, unit="cell")
+
+    def done(row: dict) -> dict:  # a line per finished cell: a long sweep cut short still says what it found
+        if show_progress:
+            bar.write(f"{row['method']} lr={row['lr']:g}: accuracy {row['accuracy']:.4f} loss {row['loss']:.4f}"
+                      f"{' (diverged)' if row['diverged'] else ''} in {row['runtime_s']:.1f} s")
+        bar.update()
+        return row
+    if jobs == 1:
+        rows = [done(sweep_cell(*a)) for a in args]
+    else:
+        threads = max(1, (os.cpu_count() or 1) // jobs)
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=torch.set_num_threads, initargs=(threads,)) as pool:
+            futures = [pool.submit(sweep_cell, *a) for a in args]
+            for future in as_completed(futures):
+                done(future.result())
+            rows = [f.result() for f in futures]
+    bar.close()
     table = pd.DataFrame(rows)
     ranked = table.dropna(subset=["accuracy"]).sort_values(["method", "accuracy", "loss"],
                                                             ascending=[True, False, True])
     table["best"] = table.index.isin(ranked.groupby("method").head(1).index)
     return table
+
+
+def sweep_cell(figure: Callable[..., StageResult], cfg: RunConfig, key: str, lr: float, seeds: list[int]) -> dict:
+    """One cell of :func:`lr_sweep`: method ``key`` alone at ``lr`` (a divergence is recorded, not raised)."""
+    update = {"methods": [key], "lr": {**cfg.lr, key: lr}, "seeds": seeds}
+    if key == "localized_fedavg":
+        update["finetune_lr"] = lr
+    start = time.perf_counter()
+    row = {"method": key, "lr": lr, "rounds": cfg.rounds, "seeds": ",".join(map(str, seeds))}
+    try:
+        result = figure(cfg.model_copy(update=update), show_progress=False, checkpoint=False)
+    except DivergenceError as exc:  # record the diverged setting and go on
+        return {**row, "accuracy": float("nan"), "loss": float("nan"), "diverged": str(exc),
+                "runtime_s": round(time.perf_counter() - start, 2), "device": device_name(cfg.device)}
+    final = result.table.loc[METHODS[key].name]
+    return {**row, "accuracy": final["accuracy_mean"], "loss": final["loss_mean"], "diverged": "",
+            "runtime_s": round(time.perf_counter() - start, 2), "device": device_name(cfg.device)}
+
+
+def device_name(device: str) -> str:
+    """What ``device`` resolves to, with the accelerator's model: ``cuda (NVIDIA H200)``, ``cpu``."""
+    resolved = resolve_device(device)
+    if resolved.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(resolved)})"
+    return str(resolved)
