@@ -14,7 +14,9 @@ How each kind of stage is estimated (the .md repeats it per stage):
   ``update_every`` rounds and its warm-up rounds are cheaper FedAvg rounds.
 * Charles et al. grids (charles_fig12, charles_fig13, charles_fig6): per task, ``run_grid`` over one chunk of
   the stage's settings batched as the stage batches them (``settings_chunk``; all settings when unset), timed
-  for 1 and for 3 rounds: half the difference is a round of the chunk, the rest one-time set-up; estimate =
+  for 1 and for 3 rounds after one untimed round (without it, on an H200 on 2026-11-27, the first call's
+  one-time GPU costs made the 1-round run about as long as the 3-round one: rounds of 0.0 and 0.008 s, not
+  kept): half the difference is a round of the chunk, the rest one-time set-up; estimate =
   set-up + rounds x chunks x round. (It replaced one round of ONE setting x the settings count, which
   overstated the real runs 4-6x: batching settings is the point of the grid engine.) Checked against the
   default profile's real runs (build/runtimes.csv) with ``--profile default``. A task timed once is reused by
@@ -49,8 +51,12 @@ def cpu_name() -> str:
 
 
 def timed(fn):
+    """(fn(), wall seconds); on a GPU the queued kernels are waited for before and after."""
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    sync()
     start = time.perf_counter()
     out = fn()
+    sync()
     return out, time.perf_counter() - start
 
 
@@ -165,6 +171,7 @@ def estimate_grid(stage: str, cfg, device, cache: dict) -> dict:
                     model, data, grid, rounds=rounds, local_steps=cfg.local_steps, batch_size=t.batch_size,
                     clients_per_round=t.clients_per_round, seed=cfg.seed, evaluate=C.make_evaluator(model, batches),
                     watch=f"{split}_loss", settings_chunk=batch))[1]
+            run(1)  # untimed: one-time costs (on a GPU, cuDNN's algorithm search and the allocator's first blocks)
             one, three = run(1), run(3)
             per_round = max((three - one) / 2, 0.0)
             cache[key] = (per_round, max(one - per_round, 0.0))
