@@ -25,6 +25,7 @@ import yaml
 
 from .config import DEFAULT_PROFILE, PARAMS_ENV, ConfigError, load_params, validate_stage
 from .paths import link_problem, project_root, why_unwritable as _why_unwritable
+from .stage_env import PROGRESS, TWIN_SHA256 as TWIN_SHA256_ENV
 from .stages import PIPELINE_PROFILES, profile_path
 
 KERNEL = "pflkit"
@@ -289,8 +290,6 @@ def _is_compute_stage(stage: str) -> bool:
     return row is not None and not row.is_plot
 
 
-TWIN_SHA256_ENV = "PFLKIT_TWIN_SHA256"
-
 
 class StageError(RuntimeError):
     """A stage cannot start, or cannot write its outputs: the message names the path and why."""
@@ -322,71 +321,25 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
     Progress goes to stderr: a start line, each line the kernel writes with
     :func:`pflkit.progress.note` as ``[<stage> <elapsed>s] <line>``, and an end line with the time.
 
-    Environment of the notebook's kernel (set for the run, restored afterwards):
-
-    - ``PFLKIT_PROGRESS`` (:data:`pflkit.progress.ENV`): a fresh per-run file in build/running/ that
-      the kernel appends progress lines to; this process echoes them and deletes it afterwards.
-    - ``PFLKIT_TWIN_SHA256``: the sha256 hex digest of the twin's bytes, i.e. of the code this run
-      executes (for checkpoint fingerprints: checkpoints written by other code are not resumed).
-    - ``PFLKIT_PARAMS`` (:data:`pflkit.config.PARAMS_ENV`): the params file validated here, which the
-      notebook's ``from_namespace`` reads (the injected parameters name stage, profile ``default`` and
-      the output folders; every other value comes from that file).
-    - ``PFLKIT_REQUIRE_PREPARED`` (:data:`pflkit.data.prepared.REQUIRE_ENV`): 1 for the default profile and
-      the profiles with a pipeline of their own (``pflkit.stages.PIPELINE_PROFILES``), whose stages must read
-      their data from data/prepared/ (the data stages' outputs DVC tracks).
+    The notebook's kernel gets its environment from :func:`_kernel_environment` (set for the run, restored
+    afterwards).
     """
     import nbformat
 
-    from .data.prepared import REQUIRE_ENV as REQUIRE_PREPARED_ENV
     from .io import atomic_path
-    from .progress import ENV as PROGRESS_ENV
 
     root = project_root()
     cfg = validate_stage(load_params(root / params_file), stage, profile)  # bad input fails before any work
-    notebook = _check_pair(stage, Path(notebook), root)  # before anything is removed
-    twin = root / twin_of(notebook)
-    if not twin.is_file():
-        raise StageError(f"stage {stage}: no py:percent twin {twin_of(notebook)}; the stage executes the twin "
-                         f"(the file DVC tracks): create it with `jupytext --set-formats ipynb,py:percent {notebook}`")
-    report_rel = PurePosixPath("reports") / notebook.with_suffix(".ipynb").relative_to("notebooks")
-    report = root / profile_path(str(report_rel), profile)
-    outputs = stage_outputs(stage, root, profile)
-    if report not in outputs:
-        outputs.append(report)
-    running = root / "build" / "running"
-    failed = root / "build" / "failed" / f"{stage}.ipynb"
-    checkpoints = root / ("build" if profile == DEFAULT_PROFILE else f"build/{profile}") / "checkpoints"
-    _check_writable(stage, root, [p.parent for p in outputs]
-                    + [running, failed.parent, root / cfg.results_dir, root / cfg.figures_dir, checkpoints],
-                    written=[*outputs, running, failed, root / cfg.results_dir, root / cfg.figures_dir, checkpoints])
-
+    twin, report, outputs, running, failed = _stage_paths(stage, Path(notebook), root, profile, cfg)
     code = twin.read_bytes()
-    temps: list[Path] = []
-    try:
-        for path in outputs:
-            _remove(path)
-        for folder in (running, root / cfg.results_dir, report.parent):  # figures: only where a plot saves one
-            folder.mkdir(parents=True, exist_ok=True)
-        _remove_stale_running(running, stage)
-        tmp = _run_file(running, stage, ".ipynb")
-        temps.append(tmp)
-        progress = _run_file(running, stage, ".progress")
-        temps.append(progress)
-        nbformat.write(notebook_from_twin(twin, code.decode("utf-8")), tmp)
-    except OSError as exc:
-        for path in temps:
-            path.unlink(missing_ok=True)
-        raise StageError(f"stage {stage} cannot prepare its outputs: {_describe(exc, root)}") from None
+    tmp, progress = _prepare_run(stage, outputs, [running, root / cfg.results_dir, report.parent], twin, code, root)
+    temps = [tmp, progress]
 
     start = time.monotonic()
     print(f"{stage}: running {twin.relative_to(root)} ...", file=sys.stderr, flush=True)
     echo = _ProgressEcho(progress, stage, start)
     try:
-        with _environ({PROGRESS_ENV: str(progress), TWIN_SHA256_ENV: hashlib.sha256(code).hexdigest(),
-                       PARAMS_ENV: str(root / params_file),
-                       # the pipeline's stages read data only from the data stages' outputs (DVC deps)
-                       REQUIRE_PREPARED_ENV: "1" if profile == DEFAULT_PROFILE or profile in PIPELINE_PROFILES
-                       else "0"}):
+        with _environ(_kernel_environment(progress, code, root / params_file, profile)):
             echo.start()
             try:
                 # the notebook reads its values from params.yaml (the profile's); the runner names the
@@ -404,16 +357,7 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
         with atomic_path(report) as part:  # inside the clean-up: a failed write leaves no report
             nbformat.write(executed, part)
     except BaseException as exc:
-        left = []
-        for path in outputs:
-            try:
-                _remove(path)
-            except OSError:
-                left.append(str(path.relative_to(root)))
-        where = _keep_failed(tmp, failed, _SAVES.last.pop(str(tmp.resolve()), None), root)
-        print(f"stage {stage} failed after {time.monotonic() - start:.1f} s; {where}", file=sys.stderr, flush=True)
-        if left:
-            print(f"stage {stage}: could not remove {', '.join(left)}; delete them by hand", file=sys.stderr)
+        where = _discard_failed_run(stage, outputs, tmp, failed, root, start)
         if isinstance(exc, OSError):
             raise StageError(f"stage {stage} failed: {_describe(exc, root)}; none of its outputs were kept "
                              f"({where})") from exc
@@ -427,6 +371,91 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
     print(f"{stage}: done in {seconds:.1f} s", file=sys.stderr, flush=True)
     record_runtime(root, stage, profile, seconds, cfg)
     return report
+
+
+def _kernel_environment(progress: Path, code: bytes, params_file: Path, profile: str) -> dict[str, str]:
+    """The environment variables :func:`run_stage` sets for the notebook's kernel:
+
+    - ``PFLKIT_PROGRESS`` (:data:`pflkit.progress.ENV`): a fresh per-run file in build/running/ that
+      the kernel appends progress lines to; this process echoes them and deletes it afterwards.
+    - ``PFLKIT_TWIN_SHA256``: the sha256 hex digest of the twin's bytes, i.e. of the code this run
+      executes (for checkpoint fingerprints: checkpoints written by other code are not resumed).
+    - ``PFLKIT_PARAMS`` (:data:`pflkit.config.PARAMS_ENV`): the params file validated here, which the
+      notebook's ``from_namespace`` reads (the injected parameters name stage, profile ``default`` and
+      the output folders; every other value comes from that file).
+    - ``PFLKIT_REQUIRE_PREPARED`` (:data:`pflkit.data.prepared.REQUIRE_ENV`): 1 for the default profile and
+      the profiles with a pipeline of their own (``pflkit.stages.PIPELINE_PROFILES``), whose stages must read
+      their data from data/prepared/ (the data stages' outputs DVC tracks).
+    """
+    from .data.prepared import REQUIRE_ENV as REQUIRE_PREPARED_ENV
+    return {PROGRESS: str(progress), TWIN_SHA256_ENV: hashlib.sha256(code).hexdigest(),
+            PARAMS_ENV: str(params_file),
+            # the pipeline's stages read data only from the data stages' outputs (DVC deps)
+            REQUIRE_PREPARED_ENV: "1" if profile == DEFAULT_PROFILE or profile in PIPELINE_PROFILES else "0"}
+
+
+def _prepare_run(stage: str, outputs: list[Path], folders: list[Path], twin: Path, code: bytes,
+                 root: Path) -> tuple[Path, Path]:
+    """Remove the stage's old outputs, create ``folders`` (the first: build/running), and write the notebook built
+    from the twin to a per-run file there; returns (that notebook, the per-run progress file). An OSError
+    becomes a :class:`StageError` and leaves no per-run file behind."""
+    import nbformat
+    running, temps = folders[0], []
+    try:
+        for path in outputs:
+            _remove(path)
+        for folder in folders:  # figures: only where a plot saves one
+            folder.mkdir(parents=True, exist_ok=True)
+        _remove_stale_running(running, stage)
+        tmp = _run_file(running, stage, ".ipynb")
+        temps.append(tmp)
+        progress = _run_file(running, stage, ".progress")
+        temps.append(progress)
+        nbformat.write(notebook_from_twin(twin, code.decode("utf-8")), tmp)
+    except OSError as exc:
+        for path in temps:
+            path.unlink(missing_ok=True)
+        raise StageError(f"stage {stage} cannot prepare its outputs: {_describe(exc, root)}") from None
+    return tmp, progress
+
+
+def _stage_paths(stage: str, notebook: Path, root: Path, profile: str, cfg) -> tuple:
+    """(twin, report, outputs, running folder, failed copy) of a stage run, once checked: ``notebook`` is the one
+    dvc.yaml names for ``stage``, its py:percent twin exists, and no output or working folder is a link or
+    unwritable (:class:`StageError` otherwise, before anything is removed)."""
+    notebook = _check_pair(stage, notebook, root)
+    twin = root / twin_of(notebook)
+    if not twin.is_file():
+        raise StageError(f"stage {stage}: no py:percent twin {twin_of(notebook)}; the stage executes the twin "
+                         f"(the file DVC tracks): create it with `jupytext --set-formats ipynb,py:percent {notebook}`")
+    report_rel = PurePosixPath("reports") / notebook.with_suffix(".ipynb").relative_to("notebooks")
+    report = root / profile_path(str(report_rel), profile)
+    outputs = stage_outputs(stage, root, profile)
+    if report not in outputs:
+        outputs.append(report)
+    running = root / "build" / "running"
+    failed = root / "build" / "failed" / f"{stage}.ipynb"
+    checkpoints = root / ("build" if profile == DEFAULT_PROFILE else f"build/{profile}") / "checkpoints"
+    _check_writable(stage, root, [p.parent for p in outputs]
+                    + [running, failed.parent, root / cfg.results_dir, root / cfg.figures_dir, checkpoints],
+                    written=[*outputs, running, failed, root / cfg.results_dir, root / cfg.figures_dir, checkpoints])
+    return twin, report, outputs, running, failed
+
+
+def _discard_failed_run(stage: str, outputs: list[Path], tmp: Path, failed: Path, root: Path, start: float) -> str:
+    """After a failed run: remove every declared output, keep the failed notebook whole (``_keep_failed``), say
+    so on stderr; returns where the failed notebook is (or why it is not kept)."""
+    left = []
+    for path in outputs:
+        try:
+            _remove(path)
+        except OSError:
+            left.append(str(path.relative_to(root)))
+    where = _keep_failed(tmp, failed, _SAVES.last.pop(str(tmp.resolve()), None), root)
+    print(f"stage {stage} failed after {time.monotonic() - start:.1f} s; {where}", file=sys.stderr, flush=True)
+    if left:
+        print(f"stage {stage}: could not remove {', '.join(left)}; delete them by hand", file=sys.stderr)
+    return where
 
 
 #: every successful stage run appends a line here (build/: never a DVC output); scripts/stage_runtimes.py

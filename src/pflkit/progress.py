@@ -13,7 +13,7 @@ import time
 
 from tqdm.auto import tqdm
 
-ENV = "PFLKIT_PROGRESS"
+from .stage_env import PROGRESS as ENV
 
 __all__ = ["ENV", "note", "bar", "Timer", "tqdm"]
 

@@ -48,9 +48,9 @@ from .eval import HISTORY_COLUMNS, evaluate, majority_baseline
 from .io import CheckpointError, load_checkpoint, save_checkpoint, state_from_payload, state_to_payload
 from .progress import Timer, note, tqdm
 from .progress import bar as progress_bar
+from .stage_env import TWIN_SHA256 as TWIN_ENV  # the notebook twin's SHA-256, set by the stage runner
 
 CHECKPOINT_FORMAT = 2  # 2: the fingerprint covers the code (package source + notebook twin)
-TWIN_ENV = "PFLKIT_TWIN_SHA256"  # the stage runner puts the notebook twin's SHA-256 here
 DIVERGE_FACTOR = 10.0  # default: final loss > 10 x the round-0 loss is divergence
 ABORT_MULTIPLE = 100.0  # a loss above ABORT_MULTIPLE x diverge_factor x initial stops the run at once
 
@@ -214,6 +214,19 @@ class RoundTimer:
         return {"seconds_per_round": (now - last[1]) / (r - last[0])}
 
 
+def _check_run_arguments(rounds: int, eval_every: int, checkpoint_every: int, diverge_factor: float) -> None:
+    """:func:`run`'s numbers, refused by name before any work."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds!r}")
+    if eval_every < 1:
+        raise ValueError(f"eval_every must be >= 1, got {eval_every!r}")
+    if not isinstance(checkpoint_every, int) or isinstance(checkpoint_every, bool) or checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every must be an integer >= 1, got {checkpoint_every!r}")
+    if isinstance(diverge_factor, bool) or not isinstance(diverge_factor, (int, float)) \
+            or not diverge_factor > 1:
+        raise ValueError(f"diverge_factor must be a number > 1 (inf: no loss-growth check), got {diverge_factor!r}")
+
+
 def run(algorithm, data: FederatedDataset, rounds: int, seed: int, eval_every: int = 1,
         method: str | None = None, progress: tqdm | None = None, keep: dict | None = None,
         checkpoint: str | Path | None = None, checkpoint_every: int = 5,
@@ -232,15 +245,7 @@ def run(algorithm, data: FederatedDataset, rounds: int, seed: int, eval_every: i
     NaN/Inf loss or parameters, a loss above ``ABORT_MULTIPLE * diverge_factor`` x the round-0 loss
     at any evaluation, or above ``diverge_factor`` x it at the last round, raise
     :class:`DivergenceError` naming method, seed, round and lr."""
-    if rounds < 1:
-        raise ValueError(f"rounds must be >= 1, got {rounds!r}")
-    if eval_every < 1:
-        raise ValueError(f"eval_every must be >= 1, got {eval_every!r}")
-    if not isinstance(checkpoint_every, int) or isinstance(checkpoint_every, bool) or checkpoint_every < 1:
-        raise ValueError(f"checkpoint_every must be an integer >= 1, got {checkpoint_every!r}")
-    if isinstance(diverge_factor, bool) or not isinstance(diverge_factor, (int, float)) \
-            or not diverge_factor > 1:
-        raise ValueError(f"diverge_factor must be a number > 1 (inf: no loss-growth check), got {diverge_factor!r}")
+    _check_run_arguments(rounds, eval_every, checkpoint_every, diverge_factor)
     method = method or algorithm.name
     rows: list[tuple] = []
     state = algorithm.init(data, seed)

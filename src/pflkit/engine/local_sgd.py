@@ -65,17 +65,7 @@ def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, cl
     as a third value (LocalUpdate's client output). ``lr`` and ``grad_weights`` take the shapes of
     ``expand_lr``.
     """
-    if steps < 0:
-        raise ValueError(f"steps must be >= 0, got {steps!r}")
-    n = num_models(params)
-    schedule = expand_schedule(clients, steps)
-    if schedule.shape[1] != n:
-        raise ValueError(f"clients assigns {schedule.shape[1]} models but params stack {n}")
-    lrs = expand_lr(lr, steps, n, data.device)
-    if prox and anchor is None:
-        raise ValueError("prox > 0 needs an anchor (the parameters to stay close to)")
-    if masks is not None and (set(masks) != set(params) or num_models(masks) != n):
-        raise ValueError("masks must have the same names and number of models as params")
+    n, schedule, lrs = _checked_arguments(params, clients, steps, lr, data.device, prox, anchor, masks)
     full = batch_size is None
     if not full:
         idx = data.sample_indices(schedule, batch_size, generator)  # [steps, N, B]
@@ -128,6 +118,24 @@ def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, cl
     if acc is not None:
         return params, losses, dict(zip(names, acc))
     return params, losses
+
+
+def _checked_arguments(params: Params, clients: Tensor, steps: int, lr: float | Tensor, device, prox: float,
+                       anchor: Params | None, masks: Params | None) -> tuple[int, Tensor, Tensor]:
+    """:func:`local_sgd`'s arguments checked (ValueError naming the one at fault): the number of stacked models,
+    the per-step client schedule [steps, N] and the per-step lrs [steps, N]."""
+    if steps < 0:
+        raise ValueError(f"steps must be >= 0, got {steps!r}")
+    n = num_models(params)
+    schedule = expand_schedule(clients, steps)
+    if schedule.shape[1] != n:
+        raise ValueError(f"clients assigns {schedule.shape[1]} models but params stack {n}")
+    lrs = expand_lr(lr, steps, n, device)
+    if prox and anchor is None:
+        raise ValueError("prox > 0 needs an anchor (the parameters to stay close to)")
+    if masks is not None and (set(masks) != set(params) or num_models(masks) != n):
+        raise ValueError("masks must have the same names and number of models as params")
+    return n, schedule, lrs
 
 
 def _per_model(values: Tensor, dims: list[int], like: list[Tensor]) -> list[Tensor]:
