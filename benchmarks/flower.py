@@ -11,7 +11,10 @@ rounds), for ``--rounds`` rounds with one evaluation at the start and one at the
 * **in-process**: the batched engine, every client in one call (``Algorithm.round``);
 * **simulation**: Flower's simulation engine, Ray actors (``pflkit.flower.simulation``, 2 CPUs);
 * **deployment**: a SuperLink and one SuperNode per client as local processes, ``flwr run``
-  (``pflkit.flower.deployment``); Flower starts one ClientApp process per message.
+  (``pflkit.flower.deployment``), each SuperNode in Flower's ``process`` isolation with pflkit's SuperExec
+  beside it, which forks every ClientApp from a warm fork server (``pflkit.flower.superexec``);
+* **deployment-per-message**: the same with Flower's default isolation, where the SuperNode's SuperExec starts
+  a fresh ClientApp process (imports and all) for every message.
 
 Every engine runs in a fresh process (``--child``), started by this script, which samples the resident
 memory of that process and all its descendants every 0.25 s (sum of RSS: shared library pages count
@@ -49,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmar
 from process_tree import run_sampled  # noqa: E402  (one way to measure a process tree's memory)
 from speed import machine_info  # noqa: E402  (one description of the machine for every benchmark)
 
-ENGINES = ("in-process", "simulation", "deployment")
+ENGINES = ("in-process", "simulation", "deployment", "deployment-per-message")
 SAMPLE_SECONDS = 0.25
 
 
@@ -116,7 +119,8 @@ def child(engine: str, clients: int, rounds: int, quick: bool, launched: float, 
             res = simulate(specs, num_cpus=cfg.ray_cpus, object_store_mb=cfg.object_store_mb)
         else:
             from pflkit.flower.deployment import deploy
-            res = deploy(specs, workdir=tempfile.mkdtemp(prefix="pflkit-flower-bench-"))
+            res = deploy(specs, workdir=tempfile.mkdtemp(prefix="pflkit-flower-bench-"),
+                         clientapps="per-message" if engine == "deployment-per-message" else "forked")
             if res["leftover_pids"]:
                 raise RuntimeError(f"processes left behind: {res['leftover_pids']}")
         startup = res["registered_at"] - launched
@@ -231,7 +235,7 @@ def main(argv: list[str] | None = None) -> dict | None:
                    f"{cfg.perm.update_every} rounds")
     with tempfile.TemporaryDirectory(prefix="pflkit-flower-bench-") as tmp:
         for engine in engines:
-            for n in deploy_clients if engine == "deployment" else clients:
+            for n in deploy_clients if engine.startswith("deployment") else clients:
                 print(f"{engine}, {n} clients ...", flush=True)
                 res["runs"].append(measure(engine, n, rounds, args.quick, Path(tmp)))
     res["load_average_end"] = list(os.getloadavg())

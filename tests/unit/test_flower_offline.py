@@ -12,7 +12,7 @@ from pflkit.flower.spec import RunSpec
 
 MODULES = ["pflkit.flower", "pflkit.flower.client", "pflkit.flower.credentials", "pflkit.flower.deployment",
            "pflkit.flower.loopback", "pflkit.flower.reaper", "pflkit.flower.server", "pflkit.flower.simulation",
-           "pflkit.flower.spec", "pflkit.experiments.flower", "pflkit.figures.flower"]
+           "pflkit.flower.spec", "pflkit.flower.superexec", "pflkit.experiments.flower", "pflkit.figures.flower"]
 
 
 def test_importing_pflkit_flower_leaves_the_environment_alone():

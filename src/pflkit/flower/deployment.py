@@ -6,9 +6,13 @@ on 127.0.0.1 (free ports), the run submitted with ``flwr run`` as a Flower App B
 and checks that none of their processes is left; it runs on leaving the ``with`` block, on an error, on
 SIGTERM/SIGINT of the launcher, and at interpreter exit. Where none of those can run (the launcher killed
 with SIGKILL, or a stage runner killed while its kernel holds the deployment), a watchdog process started
-first (``reaper``) sees its owner gone and ends every process the deployment started. Each SuperNode
-runs its ClientApp in a child process (``flwr-clientapp``), the SuperLink the ServerApp
-(``flwr-serverapp``); both stay in their parent's process group.
+first (``reaper``) sees its owner gone and ends every process the deployment started. The SuperLink runs
+the ServerApp in a child process (``flwr-serverapp``). The SuperNodes run in Flower's ``process`` isolation
+mode, each with a SuperExec of pflkit's beside it (``pflkit.flower.superexec``) that forks every ClientApp
+(``flwr-clientapp``) from a fork server that imported torch once; ``clientapps="per-message"`` keeps
+Flower's default instead (each SuperNode's own SuperExec starts a fresh ``flwr-clientapp`` process, imports
+and all, for every message). Every SuperExec polls for work more often than Flower's default
+(``POLL_SECONDS_PER_NODE``).
 
 The App Bundle is written per run into ``<workdir>/pflkit-app``: a pyproject.toml whose components are
 ``pflkit.flower.apps:flower_server_app`` / ``flower_client_app`` (imported from this environment,
@@ -37,6 +41,13 @@ from .spec import RunSpec, specs_to_json
 CONNECTION = "pflkit-local"
 #: seconds a process group gets between SIGTERM and SIGKILL
 GRACE_SECONDS = 10.0
+#: how ClientApps start: forked from a warm fork server beside each SuperNode, or Flower's default (a fresh
+#: process per message)
+CLIENTAPPS = ("forked", "per-message")
+#: seconds between a SuperExec's polls for a new task, per SuperNode of the deployment (Flower's default, 1 s,
+#: adds up to a second per message): 0.05 s for 10 nodes, never under 0.05 s, so that the polls of many nodes
+#: do not take a small machine's cores
+POLL_SECONDS_PER_NODE = 0.005
 
 
 def free_ports(n: int) -> list[int]:
@@ -94,8 +105,12 @@ class Deployment:
     for local experiments only."""
 
     def __init__(self, num_nodes: int, workdir: str | Path | None = None, startup_timeout: float = 60.0,
-                 threads: int = 1, insecure: bool = False, credentials: Credentials | None = None):
+                 threads: int = 1, insecure: bool = False, credentials: Credentials | None = None,
+                 clientapps: str = "forked"):
         require_flower()
+        if clientapps not in CLIENTAPPS:
+            raise ValueError(f"clientapps must be one of {', '.join(CLIENTAPPS)}, got {clientapps!r}")
+        self.clientapps = clientapps
         if insecure and credentials is not None:
             raise ValueError("insecure=True runs without TLS and authentication: it takes no credentials")
         if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
@@ -110,7 +125,8 @@ class Deployment:
         # the SuperLink and SuperNodes start flower-superexec, flwr-serverapp and flwr-clientapp by name
         path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
         self.env = {**os.environ, **OFFLINE_ENV, "PATH": path, "FLWR_HOME": str(self.home),
-                    "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+                    "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
+                    "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": str(max(0.05, POLL_SECONDS_PER_NODE * num_nodes))}
         self.port: int | None = None
         self.insecure = bool(insecure)
         self.credentials = credentials
@@ -165,13 +181,20 @@ class Deployment:
             for j in range(self.num_nodes):
                 node_security = ["--insecure"] if self.insecure else [
                     "--root-certificates", str(cred.ca_cert), "--auth-supernode-private-key", str(cred.node_keys[j])]
+                isolation = ["--isolation", "process"] if self.clientapps == "forked" else []
                 self._spawn(f"supernode-{j}", [
-                    _tool("flower-supernode"), *node_security, "--superlink", f"127.0.0.1:{self.port}", "--host",
-                    "127.0.0.1", "--port", str(ports[j + 1]),
+                    _tool("flower-supernode"), *node_security, *isolation, "--superlink", f"127.0.0.1:{self.port}",
+                    "--host", "127.0.0.1", "--port", str(ports[j + 1]),
                     "--node-config", f"partition-id={j} num-partitions={self.num_nodes}"])
             nodes = [p for n, p in self.procs.items() if n.startswith("supernode")]
             self._wait(lambda: all(_listening(ports[j + 1]) for j in range(self.num_nodes)),
                        "every SuperNode to start", nodes + [link])
+            if self.clientapps == "forked":
+                for j in range(self.num_nodes):  # the runtime API is local plain HTTP, as for Flower's own SuperExec
+                    node = self.procs[f"supernode-{j}"]
+                    self._spawn(f"superexec-{j}", [
+                        sys.executable, "-m", "pflkit.flower.superexec", "--runtime-api-address",
+                        f"127.0.0.1:{ports[j + 1]}", "--insecure", "--parent-pid", str(node.pid)])
         except BaseException:
             self.stop()
             raise
@@ -210,12 +233,13 @@ class Deployment:
             raise RuntimeError(f"registering {public_key.name} with the SuperLink failed:\n{out.stdout}{out.stderr}")
 
     def kill_node(self, j: int) -> int:
-        """Kill SuperNode j and its ClientApp at once (SIGKILL to its process group): a client dying
-        mid-run. Returns its PID."""
-        proc = self.procs[f"supernode-{j}"]
-        _signal_group(proc, signal.SIGKILL)
-        proc.wait()
-        return proc.pid
+        """Kill SuperNode j and its ClientApps at once (SIGKILL to its process group, and to its SuperExec's):
+        a client dying mid-run. Returns its PID."""
+        for name in (f"superexec-{j}", f"supernode-{j}"):
+            if name in self.procs:
+                _signal_group(self.procs[name], signal.SIGKILL)
+                self.procs[name].wait()
+        return self.procs[f"supernode-{j}"].pid
 
     def pids(self) -> list[int]:
         """The PIDs of every process this deployment runs now: its processes and all their descendants."""
@@ -366,15 +390,17 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 
 
 def deploy(specs: list[RunSpec], workdir: str | Path | None = None, threads: int = 1, keep: bool = False,
-           insecure: bool = False, on_round=None) -> dict:
+           insecure: bool = False, on_round=None, clientapps: str = "forked") -> dict:
     """Start a deployment with one SuperNode per client of the specs' federation, run them, stop
     everything; returns the results with ``startup_seconds`` (processes up) and ``leftover_pids`` (none
     expected). Prints the working folder (logs, Flower's home, the app) first. A folder this call made
     (``workdir`` None) is removed after a run that succeeded unless ``keep``; after a failure it stays,
     and the error is preceded by a line naming it. TLS and SuperNode authentication are on unless ``insecure``
-    (``Deployment``); ``on_round(done, total)``: called as rounds finish (``Run.wait``)."""
+    (``Deployment``); ``on_round(done, total)``: called as rounds finish (``Run.wait``); ``clientapps``: how
+    ClientApps start (``CLIENTAPPS``)."""
     specs = [specs] if isinstance(specs, RunSpec) else list(specs)
-    dep = Deployment(specs[0].federation().num_clients, workdir, threads=threads, insecure=insecure)
+    dep = Deployment(specs[0].federation().num_clients, workdir, threads=threads, insecure=insecure,
+                     clientapps=clientapps)
     remove = workdir is None and not keep
     print(f"Flower deployment: working folder {dep.workdir} (logs, Flower's home, the app; "
           f"{'removed at the end unless the run fails' if remove else 'kept'})", flush=True)

@@ -1,0 +1,92 @@
+"""pflkit's SuperExec (``pflkit.flower.superexec``): ClientApps forked from a warm fork server get exactly the
+command line Flower's own executor would start, other tasks start as Flower starts them, and a forked ClientApp
+runs Flower's ``flwr-clientapp`` entry point. The deployment tests (tests/integration/test_flower.py) run every
+Flower deployment through it."""
+import multiprocessing
+import subprocess
+
+import pytest
+
+pytest.importorskip("flwr")
+
+from flwr.supercore.constant import TaskType  # noqa: E402
+from flwr.supercore.superexec.executor import ExecutionSpec, LaunchResultStatus, SubprocessExecutor  # noqa: E402
+
+from pflkit.flower import superexec  # noqa: E402
+
+
+def _spec(task_type=TaskType.CLIENT_APP, **over):
+    values = {"task_type": task_type, "runtime_api_address": "127.0.0.1:9094", "token": "t0k3n", "insecure": False,
+              "root_certificates_path": None, "runtime_dependency_install": False, "parent_pid": None,
+              "suppress_output": False, "task_id": 7}
+    return ExecutionSpec(**{**values, **over})
+
+
+def _flower_argv(spec, monkeypatch):
+    """The command Flower's subprocess executor starts for ``spec`` (its Popen intercepted)."""
+    seen = []
+    monkeypatch.setattr(subprocess, "Popen", lambda args, **kw: seen.append(list(args)))
+    SubprocessExecutor().launch(spec)
+    monkeypatch.undo()
+    return seen[0]
+
+
+@pytest.mark.parametrize("over", [{}, {"insecure": True}, {"root_certificates_path": "/ca.pem"},
+                                  {"parent_pid": 4242, "runtime_dependency_install": True}])
+def test_a_forked_clientapp_gets_the_command_line_flowers_executor_would_run(over, monkeypatch):
+    spec = _spec(**over)
+    assert superexec.clientapp_argv(spec) == _flower_argv(spec, monkeypatch)
+
+
+class _Recorder:
+    def __init__(self):
+        self.started = []
+
+    def Process(self, target, args, name):  # noqa: N802 (multiprocessing's name)
+        recorder = self
+
+        class P:
+            def start(self):
+                recorder.started.append((target, args, name))
+        return P()
+
+
+def test_clientapps_are_forked_and_other_tasks_start_as_flower_starts_them(monkeypatch):
+    executor = object.__new__(superexec.ForkExecutor)  # no fork server: the context is a recorder
+    executor.context = _Recorder()
+    result = executor.launch(_spec(suppress_output=True))
+    assert result.status == LaunchResultStatus.ACCEPTED
+    (target, args, name), = executor.context.started
+    assert target is superexec.run_clientapp and name == "clientapp-7"
+    assert args == (["flwr-clientapp", "--runtime-api-address", "127.0.0.1:9094", "--token", "t0k3n"], True)
+    popened = []
+    monkeypatch.setattr(subprocess, "Popen", lambda args, **kw: popened.append(list(args)))
+    assert executor.launch(_spec(TaskType.SERVER_APP)).status == LaunchResultStatus.ACCEPTED
+    assert popened == [["flwr-serverapp", "--runtime-api-address", "127.0.0.1:9094", "--token", "t0k3n"]]
+    assert len(executor.context.started) == 1
+
+
+def _fake_clientapp(path):
+    """Stands in for flwr-clientapp in the fork test: writes its argv."""
+    import sys
+    with open(path, "w") as f:
+        f.write(" ".join(sys.argv))
+
+
+def test_the_fork_server_runs_the_clientapp_entry_point_with_its_argv(tmp_path, monkeypatch):
+    """A real fork server (preloading a small module, not torch): the child runs ``run_clientapp``, which sets
+    sys.argv and calls ``flwr_clientapp`` (here replaced in the child by a function that records its argv)."""
+    out = tmp_path / "argv.txt"
+    executor = superexec.ForkExecutor(preload=["json"])
+    process = executor.context.Process(target=_run_patched, args=(["flwr-clientapp", "--token", "x"], str(out)))
+    process.start()
+    process.join(60)
+    assert process.exitcode == 0
+    assert out.read_text() == "flwr-clientapp --token x"
+    assert multiprocessing.active_children() == []
+
+
+def _run_patched(argv, path):
+    import flwr.supernode.cli as cli
+    cli.flwr_clientapp = lambda: _fake_clientapp(path)
+    superexec.run_clientapp(argv, quiet=False)
