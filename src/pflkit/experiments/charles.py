@@ -384,20 +384,10 @@ def simulated(cfg: SimulatedConfig) -> StageResult:
 
 
 # ----------------------------------------------------------------------------- theory checks
-def theory(cfg: CharlesTheoryConfig) -> StageResult:
-    """Tables checking Theorem 1 (Monte Carlo and exact), Theorem 2, Lemmas 3-5, Table 2 and Corollary 1
-    on random quadratic clients. Returns {name: table} plus 'metrics' (a dict)."""
-
-    start = time.perf_counter()
-    gen = torch.Generator().manual_seed(cfg.seed)
-    qc = quadratic_clients(cfg.num_clients, cfg.dim, mu=cfg.mu, L=cfg.L, C=cfg.C,
-                           examples_per_client=cfg.examples_per_client, example_noise=cfg.example_noise,
-                           generator=gen)
-    exact_qc = quadratic_clients(cfg.num_clients, cfg.dim, mu=cfg.mu, L=cfg.L, C=cfg.C, generator=gen)
-    x = torch.randn(cfg.dim, generator=gen, dtype=torch.float64)
-    gamma = 0.5 / (cfg.L + 1.0)
-    thetas = {"Theta_1:5": S.theta_1_to_K(5), "Theta_4": S.theta_K(4),
-              "(0.3, 0, 1.5, 0.7)": S.Theta.of([0.3, 0, 1.5, 0.7])}
+def _theorem1(cfg: CharlesTheoryConfig, qc, exact_qc, x: torch.Tensor, gen: torch.Generator,
+              thetas: dict) -> pd.DataFrame:
+    """Theorem 1: LocalUpdate's expected client update is the surrogate's gradient (Monte Carlo z-scores and the exact
+    computation)."""
     rows = []
     R = cfg.monte_carlo_runs
     for name, th in thetas.items():
@@ -415,7 +405,11 @@ def theory(cfg: CharlesTheoryConfig) -> StageResult:
             rows.append({"Theta": name, "alpha": alpha, "gamma": g, "MC runs": R, "max |z|": float(z),
                          "99% bound": zcrit, "MC holds": bool(z < zcrit), "exact max abs error": float(err)})
     thm1 = pd.DataFrame(rows).set_index(["Theta", "alpha"])
+    return thm1
 
+
+def _theorem2(cfg: CharlesTheoryConfig, exact_qc, x: torch.Tensor, gamma: float, gen: torch.Generator) -> pd.DataFrame:
+    """Theorem 2: MAML's client update is the surrogate gradient of Theta_2K+1 (FOMAML's: Theta_K+1)."""
     rows = []
     model, data64 = QuadraticModel(cfg.dim, dtype=torch.float64), exact_qc.to_federated(dtype=torch.float64)
     for K in (1, 2, 5):
@@ -426,7 +420,11 @@ def theory(cfg: CharlesTheoryConfig) -> StageResult:
         rows.append({"K": K, "max |MAML - grad f~(Theta_2K+1)|": float((q - want).abs().max()),
                      "max |MAML - grad f~(Theta_K+1)| (FOMAML)": float((q - fo).abs().max())})
     thm2 = pd.DataFrame(rows).set_index("K")
+    return thm2
 
+
+def _lemmas34(cfg: CharlesTheoryConfig, qc) -> pd.DataFrame:
+    """Lemmas 3-4: the surrogate's condition number against bounds (11) and (13)."""
     rows = []
     tight = torch.diag(torch.tensor([cfg.L, cfg.mu], dtype=torch.float64)).unsqueeze(0)
     for alpha in (0.0, 1.0):
@@ -441,9 +439,12 @@ def theory(cfg: CharlesTheoryConfig) -> StageResult:
                          "kappa(Theta_K) / bound (13)": float(S.kappa(qc.A, alpha, gl, S.theta_K(K))) / b13,
                          "B.3 client / bound (13)": float(S.kappa(tight, alpha, gl, S.theta_K(K))) / b13})
     lem34 = pd.DataFrame(rows).set_index(["alpha", "K"])
+    return lem34
 
+
+def _lemma5(cfg: CharlesTheoryConfig, qc, thetas: dict, x_star: torch.Tensor) -> pd.DataFrame:
+    """Lemma 5: the surrogate minimizer's distance to x* against its bound."""
     rows = []
-    x_star = qc.minimizer()
     for name, th in thetas.items():
         g = 0.5 / (th.K * cfg.L) if th.kind == "last" else 0.5 / cfg.L
         gap = float((S.surrogate_minimizer(qc.A, qc.c, 0.0, g, th) - x_star).norm())
@@ -451,7 +452,11 @@ def theory(cfg: CharlesTheoryConfig) -> StageResult:
                      "Lemma 5 bound": float(S.lemma5_bound(qc.A, 0.0, g, th, qc.C))})
     lem5 = pd.DataFrame(rows).set_index("Theta")
     lem5["holds"] = lem5.iloc[:, 1] <= lem5["Lemma 5 bound"]
+    return lem5
 
+
+def _table2(cfg: CharlesTheoryConfig, gen: torch.Generator) -> pd.DataFrame:
+    """Table 2: each ServerOpt's measured contraction against its rate, on clients with shared eigenvectors."""
     rows = []
     # shared eigenvectors: kappa (eq. 9) is the surrogate Hessian's condition number, so Table 2 is exact;
     # a large L gives long asymptotic windows (momentum's double root adds a slowly vanishing t factor)
@@ -474,7 +479,11 @@ def theory(cfg: CharlesTheoryConfig) -> StageResult:
         rows.append({"ServerOpt": SERVER_LABELS[opt], "kappa": kap, "rho (Table 2)": rho,
                      "measured contraction": measured, "relative difference": measured / rho - 1})
     table2 = pd.DataFrame(rows).set_index("ServerOpt")
+    return table2
 
+
+def _central(cfg: CharlesTheoryConfig, qc, x_star: torch.Tensor) -> pd.DataFrame:
+    """Corollary 1: where FedAvg, FedProx, FOMAML and FedSGD end, against the bound."""
     rows = []
     for name, th, alpha, g in [("FedAvg Theta_1:10", S.theta_1_to_K(10), 0.0, 0.05),
                                ("FedProx Theta_1:10", S.theta_1_to_K(10), 1.0, 0.05),
@@ -493,6 +502,30 @@ def theory(cfg: CharlesTheoryConfig) -> StageResult:
                      "|x_T - x*|": float((xs[-1] - x_star).norm()),
                      "|x*(a,g,Theta) - x*|": float((x_sur - x_star).norm()), "Corollary 1 bound": cor1})
     central = pd.DataFrame(rows).set_index("method")
+    return central
+
+
+def theory(cfg: CharlesTheoryConfig) -> StageResult:
+    """Tables checking Theorem 1 (Monte Carlo and exact), Theorem 2, Lemmas 3-5, Table 2 and Corollary 1
+    on random quadratic clients. Returns {name: table} plus 'metrics' (a dict)."""
+
+    start = time.perf_counter()
+    gen = torch.Generator().manual_seed(cfg.seed)
+    qc = quadratic_clients(cfg.num_clients, cfg.dim, mu=cfg.mu, L=cfg.L, C=cfg.C,
+                           examples_per_client=cfg.examples_per_client, example_noise=cfg.example_noise,
+                           generator=gen)
+    exact_qc = quadratic_clients(cfg.num_clients, cfg.dim, mu=cfg.mu, L=cfg.L, C=cfg.C, generator=gen)
+    x = torch.randn(cfg.dim, generator=gen, dtype=torch.float64)
+    gamma = 0.5 / (cfg.L + 1.0)
+    thetas = {"Theta_1:5": S.theta_1_to_K(5), "Theta_4": S.theta_K(4),
+              "(0.3, 0, 1.5, 0.7)": S.Theta.of([0.3, 0, 1.5, 0.7])}
+    thm1 = _theorem1(cfg, qc, exact_qc, x, gen, thetas)
+    thm2 = _theorem2(cfg, exact_qc, x, gamma, gen)
+    lem34 = _lemmas34(cfg, qc)
+    x_star = qc.minimizer()
+    lem5 = _lemma5(cfg, qc, thetas, x_star)
+    table2 = _table2(cfg, gen)  # draws from gen after the tables above, as before
+    central = _central(cfg, qc, x_star)
     metrics = {"stage": cfg.stage, "data": f"{cfg.num_clients} random quadratic clients, d={cfg.dim}",
                "theorem1": table_records(thm1), "theorem2": table_records(thm2), "lemmas34": table_records(lem34),
                "lemma5": table_records(lem5), "table2": table_records(table2), "central": table_records(central),
