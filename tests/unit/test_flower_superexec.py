@@ -90,3 +90,10 @@ def _run_patched(argv, path):
     import flwr.supernode.cli as cli
     cli.flwr_clientapp = lambda: _fake_clientapp(path)
     superexec.run_clientapp(argv, quiet=False)
+
+
+def test_a_deployment_refuses_an_unknown_clientapps_mode_by_name(tmp_path):
+    from pflkit.flower.deployment import Deployment
+    with pytest.raises(ValueError, match=r"clientapps must be one of forked, per-message, got 'warm'"):
+        Deployment(1, tmp_path, clientapps="warm")
+    assert Deployment(1, tmp_path, insecure=True).clientapps == "forked"  # the default: nothing started yet
