@@ -16,7 +16,9 @@ How each kind of stage is estimated (the .md repeats it per stage):
   the stage's settings batched as the stage batches them (``settings_chunk``; all settings when unset), timed
   for 1 and for 3 rounds after one untimed round (without it, on an H200 on 2026-11-27, the first call's
   one-time GPU costs made the 1-round run about as long as the 3-round one: rounds of 0.0 and 0.008 s, not
-  kept): half the difference is a round of the chunk, the rest one-time set-up; estimate =
+  kept), with the divergence rule off (a timed setting that diverges stops stepping, and its rounds would cost
+  nothing: the paper profile's CIFAR-100 chunk did at round 1 on 2026-11-27): half the difference is a round of
+  the chunk, the rest one-time set-up; estimate =
   set-up + rounds x chunks x round. (It replaced one round of ONE setting x the settings count, which
   overstated the real runs 4-6x: batching settings is the point of the grid engine.) Checked against the
   default profile's real runs (build/runtimes.csv) with ``--profile default``. A task timed once is reused by
@@ -170,7 +172,7 @@ def estimate_grid(stage: str, cfg, device, cache: dict) -> dict:
                 return timed(lambda: C.run_grid(
                     model, data, grid, rounds=rounds, local_steps=cfg.local_steps, batch_size=t.batch_size,
                     clients_per_round=t.clients_per_round, seed=cfg.seed, evaluate=C.make_evaluator(model, batches),
-                    watch=f"{split}_loss", settings_chunk=batch))[1]
+                    watch=f"{split}_loss", settings_chunk=batch, diverge_factor=float("inf")))[1]
             run(1)  # untimed: one-time costs (on a GPU, cuDNN's algorithm search and the allocator's first blocks)
             one, three = run(1), run(3)
             per_round = max((three - one) / 2, 0.0)
