@@ -191,6 +191,7 @@ def estimate_grid(stage: str, cfg, device, cache: dict) -> dict:
 
 def main(argv=None) -> int:
     from pflkit.config import load_params, validate_stage
+    from pflkit.device import device_name
     from pflkit.engine import resolve_device
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--stages", default=",".join(CURVES + GRIDS))
@@ -213,7 +214,7 @@ def main(argv=None) -> int:
     done, cache = {(e["stage"], e["profile"], e["device"]): e for e in previous}, {}
     for stage, cfg in configs.items():
         device = resolve_device(cfg.device)
-        name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+        name = device_name(device)
         print(f"{stage} ({a.profile}, {name}):", flush=True)
         skip = tuple(pair.split(":", 1)[1] for pair in a.skip.split(",") if pair.startswith(f"{stage}:"))
         est = estimate_curves(cfg, device, skip) if stage in CURVES else estimate_grid(stage, cfg, device, cache)

@@ -19,3 +19,8 @@ def resolve_device(device: str = "auto") -> torch.device:
                              "use device: auto or cpu")
         return torch.device(name)
     raise ValueError(f"device must be one of {DEVICES} (or cuda:N), got {name!r}")
+
+
+def device_name(device: torch.device) -> str:
+    """A resolved device as a reader names it: the GPU's model (``NVIDIA H200``) or ``cpu``."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"

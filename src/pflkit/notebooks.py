@@ -332,7 +332,7 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
     cfg = validate_stage(load_params(root / params_file), stage, profile)  # bad input fails before any work
     twin, report, outputs, running, failed = _stage_paths(stage, Path(notebook), root, profile, cfg)
     code = twin.read_bytes()
-    tmp, progress = _prepare_run(stage, outputs, [running, root / cfg.results_dir, report.parent], twin, code, root)
+    tmp, progress = _prepare_run(stage, outputs, running, [root / cfg.results_dir, report.parent], twin, code, root)
     temps = [tmp, progress]
 
     start = time.monotonic()
@@ -376,7 +376,7 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
 def _kernel_environment(progress: Path, code: bytes, params_file: Path, profile: str) -> dict[str, str]:
     """The environment variables :func:`run_stage` sets for the notebook's kernel:
 
-    - ``PFLKIT_PROGRESS`` (:data:`pflkit.progress.ENV`): a fresh per-run file in build/running/ that
+    - ``PFLKIT_PROGRESS`` (:data:`pflkit.stage_env.PROGRESS`): a fresh per-run file in build/running/ that
       the kernel appends progress lines to; this process echoes them and deletes it afterwards.
     - ``PFLKIT_TWIN_SHA256``: the sha256 hex digest of the twin's bytes, i.e. of the code this run
       executes (for checkpoint fingerprints: checkpoints written by other code are not resumed).
@@ -394,17 +394,17 @@ def _kernel_environment(progress: Path, code: bytes, params_file: Path, profile:
             REQUIRE_PREPARED_ENV: "1" if profile == DEFAULT_PROFILE or profile in PIPELINE_PROFILES else "0"}
 
 
-def _prepare_run(stage: str, outputs: list[Path], folders: list[Path], twin: Path, code: bytes,
+def _prepare_run(stage: str, outputs: list[Path], running: Path, folders: list[Path], twin: Path, code: bytes,
                  root: Path) -> tuple[Path, Path]:
-    """Remove the stage's old outputs, create ``folders`` (the first: build/running), and write the notebook built
-    from the twin to a per-run file there; returns (that notebook, the per-run progress file). An OSError
-    becomes a :class:`StageError` and leaves no per-run file behind."""
+    """Remove the stage's old outputs, create ``running`` (build/running) and ``folders``, and write the notebook
+    built from the twin to a per-run file in ``running``; returns (that notebook, the per-run progress file). An
+    OSError becomes a :class:`StageError` and leaves no per-run file behind."""
     import nbformat
-    running, temps = folders[0], []
+    temps: list[Path] = []
     try:
         for path in outputs:
             _remove(path)
-        for folder in folders:  # figures: only where a plot saves one
+        for folder in (running, *folders):  # figures: only where a plot saves one
             folder.mkdir(parents=True, exist_ok=True)
         _remove_stale_running(running, stage)
         tmp = _run_file(running, stage, ".ipynb")
@@ -471,10 +471,9 @@ def record_runtime(root: Path, stage: str, profile: str, seconds: float, cfg) ->
     import platform
 
     from .config import resolve_threads
-    from .device import resolve_device
+    from .device import device_name, resolve_device
     try:
-        device = resolve_device(cfg.device)
-        name = (__import__("torch").cuda.get_device_name(device) if device.type == "cuda" else "cpu")
+        name = device_name(resolve_device(cfg.device))
         cpu = platform.processor() or platform.machine()
         try:
             cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()

@@ -23,6 +23,7 @@ from ..algorithms.perm import ALPHA_INITS, ALPHA_SOLVERS, PERM
 from ..algorithms.round import WEIGHTINGS
 from ..config import Section, Seeds, StageConfig, names_from, one_of, raise_problems
 from ..data.federated import BATCH_ORDERS, FederatedDataset, data_digest
+from ..device import device_name
 from ..engine import FunctionalModel, resolve_device
 from ..eval import HISTORY_COLUMNS, evaluate
 from ..paths import resolve
@@ -365,18 +366,11 @@ def sweep_cell(figure: Callable[..., StageResult], cfg: RunConfig, key: str, lr:
     start = time.perf_counter()
     row = {"method": key, "lr": lr, "rounds": cfg.rounds, "seeds": ",".join(map(str, seeds))}
     try:
-        result = figure(cfg.model_copy(update=update), show_progress=False, checkpoint=False)
+        final = figure(cfg.model_copy(update=update), show_progress=False, checkpoint=False).table.loc[
+            METHODS[key].name]
+        row.update(accuracy=final["accuracy_mean"], loss=final["loss_mean"], diverged="")
     except DivergenceError as exc:  # record the diverged setting and go on
-        return {**row, "accuracy": float("nan"), "loss": float("nan"), "diverged": str(exc),
-                "runtime_s": round(time.perf_counter() - start, 2), "device": device_name(cfg.device)}
-    final = result.table.loc[METHODS[key].name]
-    return {**row, "accuracy": final["accuracy_mean"], "loss": final["loss_mean"], "diverged": "",
-            "runtime_s": round(time.perf_counter() - start, 2), "device": device_name(cfg.device)}
-
-
-def device_name(device: str) -> str:
-    """What ``device`` resolves to, with the accelerator's model: ``cuda (NVIDIA H200)``, ``cpu``."""
-    resolved = resolve_device(device)
-    if resolved.type == "cuda":
-        return f"cuda ({torch.cuda.get_device_name(resolved)})"
-    return str(resolved)
+        row.update(accuracy=float("nan"), loss=float("nan"), diverged=str(exc))
+    resolved = resolve_device(cfg.device)
+    where = f"cuda ({device_name(resolved)})" if resolved.type == "cuda" else str(resolved)
+    return {**row, "runtime_s": round(time.perf_counter() - start, 2), "device": where}
