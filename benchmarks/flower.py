@@ -1,7 +1,7 @@
 """pflkit on Flower (issue 19): what a real federated engine costs next to the batched in-process one.
 
-    OMP_NUM_THREADS=1 python benchmarks/flower.py [--clients 10,50] [--deploy-clients 10] [--rounds 5]
-                                                  [--out benchmarks/results]
+    OMP_NUM_THREADS=1 python benchmarks/flower.py [--clients 10,50,100] [--deploy-clients 10,100]
+                                                  [--per-message-clients 10] [--rounds 5] [--out benchmarks/results]
     python benchmarks/flower.py --quick --engines in-process --out /tmp/bench   # seconds (the test)
 
 The work is the flower_equivalence stage's (params.yaml, default profile: PERM's Fig. 1 setting, d = 60,
@@ -11,8 +11,8 @@ rounds), for ``--rounds`` rounds with one evaluation at the start and one at the
 * **in-process**: the batched engine, every client in one call (``Algorithm.round``);
 * **simulation**: Flower's simulation engine, Ray actors (``pflkit.flower.simulation``, 2 CPUs);
 * **deployment**: a SuperLink and one SuperNode per client as local processes, ``flwr run``
-  (``pflkit.flower.deployment``), each SuperNode in Flower's ``process`` isolation with pflkit's SuperExec
-  beside it, which forks every ClientApp from a warm fork server (``pflkit.flower.superexec``);
+  (``pflkit.flower.deployment``), the SuperNodes in Flower's ``process`` isolation, served by one pflkit
+  SuperExec that forks every ClientApp from a warm fork server (``pflkit.flower.superexec``);
 * **deployment-per-message**: the same with Flower's default isolation, where the SuperNode's SuperExec starts
   a fresh ClientApp process (imports and all) for every message.
 
@@ -161,7 +161,7 @@ def measure(engine: str, clients: int, rounds: int, quick: bool, folder: Path) -
     if run["returncode"] != 0:
         raise RuntimeError(f"{engine} with {clients} clients failed (exit {run['returncode']})")
     res = json.loads(out.read_text())
-    res["peak_rss_mb"] = run["peak_rss_mb"]
+    res["peak_rss_mb"], res["peak_used_mb"] = run["peak_rss_mb"], run["peak_used_mb"]
     return res
 
 
@@ -173,14 +173,14 @@ def markdown(res: dict) -> str:
              f"{m['load_average'][0]:.2f} at start, {res['load_average_end'][0]:.2f} at end. Work: "
              f"{res['work']}.", "",
              "| engine | clients | method | s / round | x in-process | s / evaluation | start-up s | peak memory MB "
-             "| accuracy |", "|---|---|---|---|---|---|---|---|---|"]
+             "| machine memory MB | accuracy |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["runs"]:
         for x in r["methods"]:
             per = sum(x["round_seconds"]) / len(x["round_seconds"])
             ratio = per / base[(r["clients"], x["method"])] if (r["clients"], x["method"]) in base else float("nan")
             lines.append(f"| {r['engine']} | {r['clients']} | {x['method']} | {per:.3f} | {ratio:,.0f}x | "
                          f"{x['eval_seconds']:.3f} | {r['startup_seconds']:.1f} | {r['peak_rss_mb']:,.0f} | "
-                         f"{x['accuracy']:.4f} |")
+                         f"{r['peak_used_mb']:,.0f} | {x['accuracy']:.4f} |")
     lines += ["", "Per round per client, training passes both ways (bytes; evaluation apart). Model: the fp32 models "
               "and gradients; draws: the minibatch rows the server sends (int16) so that each client's update "
               "replays the batched engine's; other: PERM's step sizes; Flower: what Flower counts it serializes "
@@ -201,15 +201,19 @@ def markdown(res: dict) -> str:
               "rounds; in-process: Algorithm.round over every client at once. Start-up: from the process's launch "
               "(imports included) to the first round (Flower: Ray or the SuperLink and SuperNodes, `flwr run`, every "
               "node registered). Peak memory: the sum of the resident memory of the process and all its descendants "
-              "(SuperLink, SuperNodes, ClientApps, Ray), sampled every 0.25 s. Accuracy: final personalized, the same "
-              "on every engine (issue 19's check)."]
+              "(SuperLink, SuperNodes, ClientApps, Ray), sampled every 0.25 s: it counts shared pages once per "
+              "process; machine memory: the peak growth of the machine's memory in use (total less available) over "
+              "the run, which counts shared pages once (the machine ran nothing else). Accuracy: final personalized, "
+              "the same on every engine (issue 19's check)."]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> dict | None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--clients", default="10,50", help="clients for in-process and simulation")
-    parser.add_argument("--deploy-clients", default="10", help="clients for the deployment engine")
+    parser.add_argument("--clients", default="10,50,100", help="clients for in-process and simulation")
+    parser.add_argument("--deploy-clients", default="10,100", help="clients for the deployment engine")
+    parser.add_argument("--per-message-clients", default="10",
+                        help="clients for deployment-per-message (a torch import per message: 100 take hours)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--quick", action="store_true", help="the smoke profile's sizes, 3 clients, 2 rounds")
@@ -226,7 +230,9 @@ def main(argv: list[str] | None = None) -> dict | None:
     if bad:
         parser.error(f"--engines must be from {ENGINES}, got {bad}")
     clients = [3] if args.quick else [int(c) for c in args.clients.split(",")]
-    deploy_clients = [3] if args.quick else [int(c) for c in args.deploy_clients.split(",")]
+    deploy_clients = {e: [3] if args.quick else [int(c) for c in value.split(",")]
+                      for e, value in (("deployment", args.deploy_clients),
+                                       ("deployment-per-message", args.per_message_clients))}
     rounds = 2 if args.quick else args.rounds
     res = {"machine": machine_info(torch.device("cpu")), "rounds": rounds, "runs": []}
     cfg = config(clients[0], rounds, args.quick)
@@ -235,7 +241,7 @@ def main(argv: list[str] | None = None) -> dict | None:
                    f"{cfg.perm.update_every} rounds")
     with tempfile.TemporaryDirectory(prefix="pflkit-flower-bench-") as tmp:
         for engine in engines:
-            for n in deploy_clients if engine.startswith("deployment") else clients:
+            for n in deploy_clients.get(engine, clients):
                 print(f"{engine}, {n} clients ...", flush=True)
                 res["runs"].append(measure(engine, n, rounds, args.quick, Path(tmp)))
     res["load_average_end"] = list(os.getloadavg())

@@ -3,12 +3,13 @@
     python benchmarks/flower_node_memory.py [--nodes 3] [--out benchmarks/results]
 
 Starts a ``pflkit.flower.deployment.Deployment`` of ``--nodes`` SuperNodes (insecure: TLS changes no process)
-in each ClientApp mode (``forked``: pflkit's SuperExec and its fork server beside each SuperNode;
-``per-message``: Flower's default, the SuperNode's own SuperExec), waits until every process is up, and sums
+in each ClientApp mode (``forked``: one pflkit SuperExec serving every SuperNode, with one fork server;
+``per-message``: Flower's default, each SuperNode's own SuperExec), waits until every process is up, and sums
 the proportional set size (PSS: a shared page counted once over the processes that share it, unlike the RSS
 sums of benchmarks/flower.py) of every process per role. The ClientApps themselves come and go per message
-and are not counted. Writes ``flower_node_memory.{json,md}``: per node and role, and what N nodes would hold
-(the SuperLink's share once, the nodes' N times), next to the machine's memory.
+and are not counted. Writes ``flower_node_memory.{json,md}``: per role, per node for the roles every node has
+and once for the roles the deployment has once, and what N nodes would hold (the roles it has once, plus N
+times a node's), next to the machine's memory.
 """
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 SETTLE_SECONDS = 8.0
 PROJECT = (10, 50, 100)
+#: roles a deployment has once, whatever its number of nodes
+ONCE = ("SuperLink", "SuperLink's SuperExec", "pflkit's SuperExec (every node)", "fork server (torch imported)",
+        "resource tracker")
 
 
 def role(proc: psutil.Process, link_pid: int) -> str:
@@ -36,7 +40,9 @@ def role(proc: psutil.Process, link_pid: int) -> str:
         return "fork server (torch imported)"
     if "multiprocessing.resource_tracker" in cmd:
         return "resource tracker"
-    if "pflkit.flower.superexec" in cmd or "flower-superexec" in cmd:
+    if "pflkit.flower.superexec" in cmd:
+        return "pflkit's SuperExec (every node)"
+    if "flower-superexec" in cmd:
         return "SuperLink's SuperExec" if proc.ppid() == link_pid else "SuperNode's SuperExec"
     return "other: " + cmd[:60]
 
@@ -56,27 +62,29 @@ def measure(nodes: int, clientapps: str) -> dict:
                 continue
             mb[name] = mb.get(name, 0.0) + pss
             count[name] = count.get(name, 0) + 1
-    link = {k: v for k, v in mb.items() if k.startswith("SuperLink")}
-    per_node = {k: v / nodes for k, v in mb.items() if k not in link}
-    return {"clientapps": clientapps, "nodes": nodes, "pss_mb": mb, "processes": count,
-            "link_mb": sum(link.values()), "per_node_mb": per_node, "node_mb": sum(per_node.values())}
+    once = {k: v for k, v in mb.items() if k in ONCE}
+    per_node = {k: v / nodes for k, v in mb.items() if k not in once}
+    return {"clientapps": clientapps, "nodes": nodes, "pss_mb": mb, "processes": count, "once_mb": once,
+            "shared_mb": sum(once.values()), "per_node_mb": per_node, "node_mb": sum(per_node.values())}
 
 
 def markdown(res: dict) -> str:
     total = psutil.virtual_memory().total / 2**30
     lines = [f"Idle deployments of {res['runs'][0]['nodes']} SuperNodes on this machine ({total:.0f} GiB of memory), "
              "PSS summed per process role (MB; ClientApps not counted: they live for one message).", "",
-             "| ClientApps | role | processes | MB per node |", "|---|---|---|---|"]
+             "| ClientApps | role | processes | MB once | MB per node |", "|---|---|---|---|---|"]
     for r in res["runs"]:
+        for name, mb in sorted(r["once_mb"].items()):
+            lines.append(f"| {r['clientapps']} | {name} | {r['processes'][name]} | {mb:,.0f} | |")
         for name, mb in sorted(r["per_node_mb"].items()):
-            lines.append(f"| {r['clientapps']} | {name} | {r['processes'][name]} | {mb:,.0f} |")
-        lines.append(f"| {r['clientapps']} | **a node, all roles** | | **{r['node_mb']:,.0f}** |")
-    lines += ["", "| ClientApps | SuperLink and its SuperExec, MB | " + " | ".join(f"{n} nodes, GiB" for n in PROJECT)
-              + " |", "|---|---|" + "---|" * len(PROJECT)]
+            lines.append(f"| {r['clientapps']} | {name} | {r['processes'][name]} | | {mb:,.0f} |")
+        lines.append(f"| {r['clientapps']} | **all roles** | | **{r['shared_mb']:,.0f}** | **{r['node_mb']:,.0f}** |")
+    lines += ["", "| ClientApps | " + " | ".join(f"{n} nodes, GiB" for n in PROJECT) + " |",
+              "|---|" + "---|" * len(PROJECT)]
     for r in res["runs"]:
-        lines.append(f"| {r['clientapps']} | {r['link_mb']:,.0f} | " + " | ".join(
-            f"{(r['link_mb'] + n * r['node_mb']) / 1024:.1f}" for n in PROJECT) + " |")
-    lines += ["", "N nodes: the SuperLink's share once plus N times a node's, before any ClientApp runs."]
+        lines.append(f"| {r['clientapps']} | " + " | ".join(
+            f"{(r['shared_mb'] + n * r['node_mb']) / 1024:.1f}" for n in PROJECT) + " |")
+    lines += ["", "N nodes: the roles a deployment has once plus N times a node's, before any ClientApp runs."]
     return "\n".join(lines) + "\n"
 
 

@@ -4,6 +4,7 @@ runs Flower's ``flwr-clientapp`` entry point. The deployment tests (tests/integr
 Flower deployment through it."""
 import multiprocessing
 import subprocess
+import threading
 
 import pytest
 
@@ -53,7 +54,7 @@ class _Recorder:
 
 def test_clientapps_are_forked_and_other_tasks_start_as_flower_starts_them(monkeypatch):
     executor = object.__new__(superexec.ForkExecutor)  # no fork server: the context is a recorder
-    executor.context = _Recorder()
+    executor.context, executor.lock = _Recorder(), threading.Lock()
     result = executor.launch(_spec(suppress_output=True))
     assert result.status == LaunchResultStatus.ACCEPTED
     (target, args, name), = executor.context.started
@@ -97,3 +98,50 @@ def test_a_deployment_refuses_an_unknown_clientapps_mode_by_name(tmp_path):
     with pytest.raises(ValueError, match=r"clientapps must be one of forked, per-message, got 'warm'"):
         Deployment(1, tmp_path, clientapps="warm")
     assert Deployment(1, tmp_path, insecure=True).clientapps == "forked"  # the default: nothing started yet
+
+
+def test_the_command_line_may_name_many_supernodes_in_either_argparse_form():
+    rest, addresses, pids = superexec.split_argv([
+        "--insecure", "--runtime-api-address", "127.0.0.1:1", "--parent-pid", "11",
+        "--runtime-api-address=127.0.0.1:2", "--parent-pid=12", "--health-server-address", "x"])
+    assert rest == ["--insecure", "--health-server-address", "x"]
+    assert addresses == ["127.0.0.1:1", "127.0.0.1:2"] and pids == [11, 12]
+    with pytest.raises(SystemExit, match="--parent-pid needs a value"):
+        superexec.split_argv(["--runtime-api-address", "a", "--parent-pid"])
+
+
+def test_one_process_runs_flowers_loop_once_per_supernode_until_every_parent_is_gone():
+    """``serve`` starts the loop once per address, in threads, and returns when the last parent process has
+    exited, not before (two sleeping processes stand in for the SuperNodes)."""
+    import time
+
+    seen, release = [], threading.Event()
+
+    def loop(address):
+        seen.append(address)
+        release.wait()  # a loop runs until the process ends
+
+    parents = [subprocess.Popen(["sleep", str(s)]) for s in (0.5, 1.5)]
+    t0 = time.monotonic()
+    superexec.serve(loop, ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"], [p.pid for p in parents], poll=0.05)
+    waited = time.monotonic() - t0
+    for p in parents:
+        p.wait()
+    release.set()
+    assert sorted(seen) == ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
+    assert waited >= 1.4  # the second parent lived 1.5 s (upper bounds are left to machine speed)
+
+
+def test_one_process_for_many_supernodes_ends_when_every_loop_has_ended(capsys):
+    """Without parents, ``serve`` returns once every loop thread has returned (a loop that failed ends its
+    thread, saying so; the others go on)."""
+    ended = []
+
+    def loop(address):
+        if address.endswith(":1"):
+            raise RuntimeError("SuperNode gone")
+        ended.append(address)
+
+    superexec.serve(loop, ["127.0.0.1:1", "127.0.0.1:2"], [], poll=0.01)
+    assert ended == ["127.0.0.1:2"]
+    assert "the loop for 127.0.0.1:1 ended: RuntimeError('SuperNode gone')" in capsys.readouterr().err

@@ -8,8 +8,9 @@ SIGTERM/SIGINT of the launcher, and at interpreter exit. Where none of those can
 with SIGKILL, or a stage runner killed while its kernel holds the deployment), a watchdog process started
 first (``reaper``) sees its owner gone and ends every process the deployment started. The SuperLink runs
 the ServerApp in a child process (``flwr-serverapp``). The SuperNodes run in Flower's ``process`` isolation
-mode, each with a SuperExec of pflkit's beside it (``pflkit.flower.superexec``) that forks every ClientApp
-(``flwr-clientapp``) from a fork server that imported torch once; ``clientapps="per-message"`` keeps
+mode, served by one SuperExec of pflkit's (``pflkit.flower.superexec``, Flower's loop once per node, in
+threads of one process) that forks every ClientApp (``flwr-clientapp``) from one fork server that imported
+torch once; ``clientapps="per-message"`` keeps
 Flower's default instead (each SuperNode's own SuperExec starts a fresh ``flwr-clientapp`` process, imports
 and all, for every message). Every SuperExec polls for work more often than Flower's default
 (``POLL_SECONDS_PER_NODE``).
@@ -41,8 +42,8 @@ from .spec import RunSpec, specs_to_json
 CONNECTION = "pflkit-local"
 #: seconds a process group gets between SIGTERM and SIGKILL
 GRACE_SECONDS = 10.0
-#: how ClientApps start: forked from a warm fork server beside each SuperNode, or Flower's default (a fresh
-#: process per message)
+#: how ClientApps start: forked from a warm fork server that serves every SuperNode, or Flower's default (a
+#: fresh process per message)
 CLIENTAPPS = ("forked", "per-message")
 #: seconds between a SuperExec's polls for a new task, per SuperNode of the deployment (Flower's default, 1 s,
 #: adds up to a second per message): 0.05 s for 10 nodes, never under 0.05 s, so that the polls of many nodes
@@ -189,12 +190,12 @@ class Deployment:
             nodes = [p for n, p in self.procs.items() if n.startswith("supernode")]
             self._wait(lambda: all(_listening(ports[j + 1]) for j in range(self.num_nodes)),
                        "every SuperNode to start", nodes + [link])
-            if self.clientapps == "forked":
-                for j in range(self.num_nodes):  # the runtime API is local plain HTTP, as for Flower's own SuperExec
-                    node = self.procs[f"supernode-{j}"]
-                    self._spawn(f"superexec-{j}", [
-                        sys.executable, "-m", "pflkit.flower.superexec", "--runtime-api-address",
-                        f"127.0.0.1:{ports[j + 1]}", "--insecure", "--parent-pid", str(node.pid)])
+            if self.clientapps == "forked":  # one SuperExec for every node; the runtime API is local plain
+                # HTTP, as for Flower's own SuperExec
+                serve = [a for j in range(self.num_nodes) for a in (
+                    "--runtime-api-address", f"127.0.0.1:{ports[j + 1]}",
+                    "--parent-pid", str(self.procs[f"supernode-{j}"].pid))]
+                self._spawn("superexec", [sys.executable, "-m", "pflkit.flower.superexec", "--insecure", *serve])
         except BaseException:
             self.stop()
             raise
@@ -233,13 +234,13 @@ class Deployment:
             raise RuntimeError(f"registering {public_key.name} with the SuperLink failed:\n{out.stdout}{out.stderr}")
 
     def kill_node(self, j: int) -> int:
-        """Kill SuperNode j and its ClientApps at once (SIGKILL to its process group, and to its SuperExec's):
-        a client dying mid-run. Returns its PID."""
-        for name in (f"superexec-{j}", f"supernode-{j}"):
-            if name in self.procs:
-                _signal_group(self.procs[name], signal.SIGKILL)
-                self.procs[name].wait()
-        return self.procs[f"supernode-{j}"].pid
+        """Kill SuperNode j at once (SIGKILL to its process group): a client dying mid-run. Its ClientApp, if one
+        runs, fails at its next call to the node and exits; the SuperExec's loop for the node retries unanswered.
+        Returns its PID."""
+        node = self.procs[f"supernode-{j}"]
+        _signal_group(node, signal.SIGKILL)
+        node.wait()
+        return node.pid
 
     def pids(self) -> list[int]:
         """The PIDs of every process this deployment runs now: its processes and all their descendants."""

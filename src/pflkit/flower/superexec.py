@@ -1,26 +1,36 @@
-"""A SuperExec whose ClientApps start warm, for Flower's process-isolation mode.
+"""A SuperExec whose ClientApps start warm, for Flower's process-isolation mode, serving many SuperNodes.
 
 Flower's own SuperExec (``flower-superexec``, what a SuperNode starts in its default ``subprocess`` isolation)
 launches a fresh ``flwr-clientapp`` process for every message, and each one imports torch, Flower and pflkit's
 ClientApp before it computes anything: seconds per message on a small machine, most of a deployment round.
-This SuperExec runs beside a SuperNode started with ``--isolation process`` (Flower's mode for a SuperExec run
+This SuperExec runs beside SuperNodes started with ``--isolation process`` (Flower's mode for a SuperExec run
 outside the SuperNode) and forks each ClientApp instead, from a fork server that imported those modules once
 (:mod:`multiprocessing`'s ``forkserver``, with them preloaded). The ClientApp is Flower's ``flwr-clientapp``
 entry point, run with the same arguments and token as Flower's executor would pass; only the start-up is gone.
 
-    python -m pflkit.flower.superexec --runtime-api-address 127.0.0.1:9094 --insecure [--parent-pid PID]
+    python -m pflkit.flower.superexec --runtime-api-address 127.0.0.1:9094 [--runtime-api-address ...]
+        --insecure [--parent-pid PID ...]
 
 The arguments are ``flower-superexec``'s, and so is everything else: its polling loop, plugin and TLS handling
 (``flwr.supercore.superexec.run_superexec``). Flower picks a SuperExec's executor with ``get_executor`` (its
 executors: subprocess, Kubernetes); this module hands it :class:`ForkExecutor` instead. Tasks other than
 ClientApps start as Flower starts them.
+
+One process serves every SuperNode of a machine: ``--runtime-api-address`` may repeat, and Flower's loop then
+runs once per address, each in a thread of this process, all with one executor and one fork server (a
+SuperExec and a fork server per SuperNode cost about 350 MB a node: ``benchmarks/flower_node_memory.py``).
+With several addresses, ``--parent-pid`` may repeat too (the SuperNodes' PIDs): the process exits when every
+one of them is gone, as Flower's SuperExec exits when its one parent is.
 """
 from __future__ import annotations
 
 import importlib
 import multiprocessing
 import os
+import signal
 import sys
+import threading
+import time
 from multiprocessing import forkserver
 
 from flwr.supercore.constant import TASK_TYPE_TO_APPIO_API_ADDRESS_ARG, TASK_TYPE_TO_COMMAND, TaskType
@@ -63,31 +73,99 @@ class ForkExecutor(SubprocessExecutor):
     def __init__(self, preload: list[str] = PRELOAD):
         self.context = multiprocessing.get_context("forkserver")
         self.context.set_forkserver_preload(preload)
+        self.lock = threading.Lock()  # one executor for the loops of many SuperNodes, each in a thread
         forkserver.ensure_running()  # import torch & co. now, not at the first message
 
     def launch(self, spec: ExecutionSpec) -> LaunchResult:
         if spec.task_type != TaskType.CLIENT_APP:
             return super().launch(spec)
-        multiprocessing.active_children()  # reap the ClientApps that have finished
-        try:
-            self.context.Process(target=run_clientapp, args=(clientapp_argv(spec), spec.suppress_output),
-                                 name=f"clientapp-{spec.task_id}").start()
-        except OSError as exc:
-            return LaunchResult.failed(f"could not fork a ClientApp: {exc}")
+        with self.lock:
+            multiprocessing.active_children()  # reap the ClientApps that have finished
+            try:
+                self.context.Process(target=run_clientapp, args=(clientapp_argv(spec), spec.suppress_output),
+                                     name=f"clientapp-{spec.task_id}").start()
+            except OSError as exc:
+                return LaunchResult.failed(f"could not fork a ClientApp: {exc}")
         return LaunchResult.accepted()
 
     def reconcile(self) -> None:
-        multiprocessing.active_children()
+        with self.lock:
+            multiprocessing.active_children()
 
 
-def main() -> None:
-    """``flower-superexec`` with :class:`ForkExecutor` as its executor."""
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead but not yet reaped by its parent, does not)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def serve(run_superexec, addresses: list[str], parent_pids: list[int], poll: float = 0.2) -> None:
+    """Run ``run_superexec`` (Flower's loop, with its arguments from the command line) once per address, each
+    in a daemon thread, until every parent in ``parent_pids`` is gone (or, with none, every loop has ended)."""
+    run_module = importlib.import_module("flwr.supercore.superexec.run_superexec")
+    run_module.register_signal_handlers = lambda **kwargs: None  # Flower's handlers need the main thread
+
+    def loop(address: str) -> None:
+        try:
+            run_superexec(address)
+        except Exception as exc:  # one SuperNode's loop ends; the others go on
+            print(f"pflkit.flower.superexec: the loop for {address} ended: {exc!r}", file=sys.stderr, flush=True)
+
+    threads = [threading.Thread(target=loop, args=(a,), name=f"superexec {a}", daemon=True) for a in addresses]
+    for thread in threads:
+        thread.start()
+    while any(t.is_alive() for t in threads) and (not parent_pids or any(_alive(p) for p in parent_pids)):
+        time.sleep(poll)
+
+
+def split_argv(argv: list[str]) -> tuple[list[str], list[str], list[int]]:
+    """``flower-superexec``'s arguments without the repeated ``--runtime-api-address`` and ``--parent-pid``
+    (``--name value`` or ``--name=value``), and the values of those two."""
+    rest, addresses, pids = [], [], []
+    i = 0
+    while i < len(argv):
+        name, eq, value = argv[i].partition("=")
+        if name in ("--runtime-api-address", "--parent-pid"):
+            if not eq:
+                if i + 1 >= len(argv):
+                    raise SystemExit(f"pflkit.flower.superexec: {name} needs a value")
+                value, i = argv[i + 1], i + 1
+            if name == "--parent-pid":
+                pids.append(int(value))
+            else:
+                addresses.append(value)
+        else:
+            rest.append(argv[i])
+        i += 1
+    return rest, addresses, pids
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``flower-superexec`` with :class:`ForkExecutor` as its executor, for one or many SuperNodes."""
+    rest, addresses, pids = split_argv(sys.argv[1:] if argv is None else argv)
+    if not addresses:
+        raise SystemExit("pflkit.flower.superexec: --runtime-api-address is required")
     executor = ForkExecutor()
-    superexec = importlib.import_module("flwr.supercore.superexec.run_superexec")
-    superexec.get_executor = lambda *args, **kwargs: executor  # Flower's seam for a SuperExec's executor
-    from flwr.supercore.cli.flower_superexec import flower_superexec
-    sys.argv = ["flower-superexec", *sys.argv[1:]]
-    flower_superexec()
+    run_module = importlib.import_module("flwr.supercore.superexec.run_superexec")
+    run_module.get_executor = lambda *args, **kwargs: executor  # Flower's seam for a SuperExec's executor
+    cli = importlib.import_module("flwr.supercore.cli.flower_superexec")
+    sys.argv = ["flower-superexec", "--runtime-api-address", addresses[0], *rest]
+    if len(addresses) == 1:
+        sys.argv += [a for pid in pids for a in ("--parent-pid", str(pid))][:2]
+        cli.flower_superexec()
+        return
+    run_superexec = cli.run_superexec  # what flower_superexec calls once its arguments are parsed
+
+    def run_all(**kwargs) -> None:
+        serve(lambda address: run_superexec(**{**kwargs, "runtime_api_address": address}), addresses, pids)
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # the loops are daemon threads: they end with us
+    cli.run_superexec = run_all
+    cli.flower_superexec()
 
 
 if __name__ == "__main__":
