@@ -106,9 +106,6 @@ def _alive(pid: int) -> bool:
 def serve(run_superexec, addresses: list[str], parent_pids: list[int], poll: float = 0.2) -> None:
     """Run ``run_superexec`` (Flower's loop, with its arguments from the command line) once per address, each
     in a daemon thread, until every parent in ``parent_pids`` is gone (or, with none, every loop has ended)."""
-    run_module = importlib.import_module("flwr.supercore.superexec.run_superexec")
-    run_module.register_signal_handlers = lambda **kwargs: None  # Flower's handlers need the main thread
-
     def loop(address: str) -> None:
         try:
             run_superexec(address)
@@ -163,7 +160,8 @@ def main(argv: list[str] | None = None) -> None:
     def run_all(**kwargs) -> None:
         serve(lambda address: run_superexec(**{**kwargs, "runtime_api_address": address}), addresses, pids)
 
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # the loops are daemon threads: they end with us
+    run_module.register_signal_handlers = lambda **kwargs: None  # Flower's handlers need the main thread: the
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # loops are daemon threads, they end with this one
     cli.run_superexec = run_all
     cli.flower_superexec()
 
