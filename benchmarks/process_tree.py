@@ -15,7 +15,10 @@ def run_sampled(cmd: list[str], interval: float = 0.25, **popen) -> dict:
     ``peak_used_mb`` (the largest sampled growth of the machine's memory in use since the start)."""
     import psutil
 
-    used = lambda: psutil.virtual_memory().total - psutil.virtual_memory().available  # noqa: E731
+    def used() -> int:
+        memory = psutil.virtual_memory()
+        return memory.total - memory.available
+
     start, before, peak_used = time.perf_counter(), used(), 0
     proc = subprocess.Popen(cmd, **popen)
     root = psutil.Process(proc.pid)

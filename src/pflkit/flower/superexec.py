@@ -16,11 +16,11 @@ The arguments are ``flower-superexec``'s, and so is everything else: its polling
 executors: subprocess, Kubernetes); this module hands it :class:`ForkExecutor` instead. Tasks other than
 ClientApps start as Flower starts them.
 
-One process serves every SuperNode of a machine: ``--runtime-api-address`` may repeat, and Flower's loop then
-runs once per address, each in a thread of this process, all with one executor and one fork server (a
-SuperExec and a fork server per SuperNode cost about 350 MB a node: ``benchmarks/flower_node_memory.py``).
-With several addresses, ``--parent-pid`` may repeat too (the SuperNodes' PIDs): the process exits when every
-one of them is gone, as Flower's SuperExec exits when its one parent is.
+One process serves every SuperNode of a machine: ``--runtime-api-address`` may repeat, and Flower's loop runs
+once per address, each in a thread of this process, all with one executor and one fork server (a SuperExec
+and a fork server per SuperNode cost about 350 MB a node: ``benchmarks/flower_node_memory.py``).
+``--parent-pid`` may repeat too (the SuperNodes' PIDs): the process exits when every one of them is gone, as
+Flower's SuperExec exits when its one parent is.
 """
 from __future__ import annotations
 
@@ -150,11 +150,6 @@ def main(argv: list[str] | None = None) -> None:
     run_module = importlib.import_module("flwr.supercore.superexec.run_superexec")
     run_module.get_executor = lambda *args, **kwargs: executor  # Flower's seam for a SuperExec's executor
     cli = importlib.import_module("flwr.supercore.cli.flower_superexec")
-    sys.argv = ["flower-superexec", "--runtime-api-address", addresses[0], *rest]
-    if len(addresses) == 1:
-        sys.argv += [a for pid in pids for a in ("--parent-pid", str(pid))][:2]
-        cli.flower_superexec()
-        return
     run_superexec = cli.run_superexec  # what flower_superexec calls once its arguments are parsed
 
     def run_all(**kwargs) -> None:
@@ -163,6 +158,7 @@ def main(argv: list[str] | None = None) -> None:
     run_module.register_signal_handlers = lambda **kwargs: None  # Flower's handlers need the main thread: the
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # loops are daemon threads, they end with this one
     cli.run_superexec = run_all
+    sys.argv = ["flower-superexec", "--runtime-api-address", addresses[0], *rest]  # the rest parsed by Flower
     cli.flower_superexec()
 
 
