@@ -145,3 +145,12 @@ def test_one_process_for_many_supernodes_ends_when_every_loop_has_ended(capsys):
     superexec.serve(loop, ["127.0.0.1:1", "127.0.0.1:2"], [], poll=0.01)
     assert ended == ["127.0.0.1:2"]
     assert "the loop for 127.0.0.1:1 ended: RuntimeError('SuperNode gone')" in capsys.readouterr().err
+
+
+def test_a_launch_restarts_its_loops_backoff(monkeypatch):
+    for _ in range(4):
+        superexec.BACKOFF.next_wait(1.0)
+    executor = superexec.ForkExecutor.__new__(superexec.ForkExecutor)  # no fork server needed: not a ClientApp
+    monkeypatch.setattr(SubprocessExecutor, "launch", lambda self, spec: "flower's launch")
+    assert executor.launch(_spec(TaskType.SERVER_APP)) == "flower's launch"
+    assert superexec.BACKOFF.next_wait(1.0) == superexec.BACKOFF.first

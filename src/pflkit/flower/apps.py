@@ -17,6 +17,7 @@ deployment engine, or are bound by ``client_app`` / ``server_app`` for the simul
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Iterable
@@ -24,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
@@ -42,23 +43,53 @@ POLL_SECONDS = 0.02
 
 
 # --------------------------------------------------------------------------- messages
+def pack(arrays: dict[str, torch.Tensor]) -> ArrayRecord:
+    """A job's or reply's tensors as an ArrayRecord of one uint8 array: a JSON header (each tensor's name, dtype
+    and shape; its length in the first 8 bytes) and then the tensors' bytes end to end. Flower moves every
+    array of a message as objects of their own, each with a request at every hop (SuperLink, SuperNode,
+    ClientApp), and on a small deployment those requests are most of a round: one array per message keeps
+    them to a few. Lossless: :func:`unpack` gives the same tensors, bit for bit."""
+    import numpy as np
+
+    layout, chunks = [], []
+    for name, t in arrays.items():
+        t = t.detach().contiguous().cpu()
+        layout.append([name, str(t.dtype).removeprefix("torch."), list(t.shape)])
+        chunks.append(t.reshape(-1).view(torch.uint8).numpy())
+    header = json.dumps(layout).encode()
+    length = np.frombuffer(len(header).to_bytes(8, "little"), np.uint8)
+    return ArrayRecord({"packed": Array(np.concatenate([length, np.frombuffer(header, np.uint8), *chunks]))})
+
+
+def unpack(record: ArrayRecord) -> dict[str, torch.Tensor]:
+    """The tensors :func:`pack` packed (fresh, writable)."""
+    flat = record["packed"].numpy()
+    size = int.from_bytes(flat[:8].tobytes(), "little")
+    out, at = {}, 8 + size
+    for name, dtype, shape in json.loads(flat[8:at].tobytes()):
+        dt = getattr(torch, dtype)
+        n = math.prod(shape) * dt.itemsize
+        raw = torch.from_numpy(flat[at:at + n].copy())
+        out[name] = (raw.view(dt) if n else torch.empty(0, dtype=dt)).reshape(shape)
+        at += n
+    return out
+
+
 def job_content(job: Job) -> RecordDict:
-    return RecordDict({"arrays": ArrayRecord.from_torch_state_dict(job.arrays), "config": ConfigRecord(job.config)})
+    return RecordDict({"arrays": pack(job.arrays), "config": ConfigRecord(job.config)})
 
 
 def job_from(message: Message) -> Job:
-    arrays = {k: v.clone() for k, v in message.content["arrays"].to_torch_state_dict().items()}
-    return Job(arrays, dict(message.content["config"]))
+    return Job(unpack(message.content["arrays"]), dict(message.content["config"]))
 
 
 def reply_content(reply: Reply) -> RecordDict:
-    return RecordDict({"arrays": ArrayRecord.from_torch_state_dict(reply.arrays),
+    return RecordDict({"arrays": pack(reply.arrays),
                        "metrics": MetricRecord({k: float(v) for k, v in reply.metrics.items()})})
 
 
 def reply_from(message: Message) -> Reply:
-    arrays = {k: v.clone() for k, v in message.content["arrays"].to_torch_state_dict().items()}
-    return Reply(arrays, dict(message.content["metrics"]))
+    return Reply(unpack(message.content["arrays"]), dict(message.content["metrics"]))
 
 
 def tensor_bytes(arrays: dict[str, torch.Tensor]) -> dict[str, int]:

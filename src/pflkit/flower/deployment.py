@@ -8,12 +8,11 @@ SIGTERM/SIGINT of the launcher, and at interpreter exit. Where none of those can
 with SIGKILL, or a stage runner killed while its kernel holds the deployment), a watchdog process started
 first (``reaper``) sees its owner gone and ends every process the deployment started. The SuperLink runs
 the ServerApp in a child process (``flwr-serverapp``). The SuperNodes run in Flower's ``process`` isolation
-mode, served by one SuperExec of pflkit's (``pflkit.flower.superexec``, Flower's loop once per node, in
-threads of one process) that forks every ClientApp (``flwr-clientapp``) from one fork server that imported
-torch once; ``clientapps="per-message"`` keeps
-Flower's default instead (each SuperNode's own SuperExec starts a fresh ``flwr-clientapp`` process, imports
-and all, for every message). Every SuperExec polls for work more often than Flower's default
-(``POLL_SECONDS_PER_NODE``).
+mode, each as :mod:`pflkit.flower.supernode` (Flower's ``flower-supernode``, its fixed waits replaced by polls
+that back off while idle), served by one SuperExec of pflkit's (``pflkit.flower.superexec``, Flower's loop
+once per node, in threads of one process) that forks every ClientApp (``flwr-clientapp``) from one fork server
+that imported torch once. ``clientapps="per-message"`` keeps Flower's defaults instead (Flower's own SuperNode,
+whose SuperExec starts a fresh ``flwr-clientapp`` process, imports and all, for every message).
 
 The App Bundle is written per run into ``<workdir>/pflkit-app``: a pyproject.toml whose components are
 ``pflkit.flower.apps:flower_server_app`` / ``flower_client_app`` (imported from this environment,
@@ -45,10 +44,6 @@ GRACE_SECONDS = 10.0
 #: how ClientApps start: forked from a warm fork server that serves every SuperNode, or Flower's default (a
 #: fresh process per message)
 CLIENTAPPS = ("forked", "per-message")
-#: seconds between a SuperExec's polls for a new task, per SuperNode of the deployment (Flower's default, 1 s,
-#: adds up to a second per message): 0.05 s for 10 nodes, never under 0.05 s, so that the polls of many nodes
-#: do not take a small machine's cores
-POLL_SECONDS_PER_NODE = 0.005
 
 
 def free_ports(n: int) -> list[int]:
@@ -126,8 +121,7 @@ class Deployment:
         # the SuperLink and SuperNodes start flower-superexec, flwr-serverapp and flwr-clientapp by name
         path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
         self.env = {**os.environ, **OFFLINE_ENV, "PATH": path, "FLWR_HOME": str(self.home),
-                    "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
-                    "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": str(max(0.05, POLL_SECONDS_PER_NODE * num_nodes))}
+                    "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
         self.port: int | None = None
         self.insecure = bool(insecure)
         self.credentials = credentials
@@ -182,9 +176,11 @@ class Deployment:
             for j in range(self.num_nodes):
                 node_security = ["--insecure"] if self.insecure else [
                     "--root-certificates", str(cred.ca_cert), "--auth-supernode-private-key", str(cred.node_keys[j])]
-                isolation = ["--isolation", "process"] if self.clientapps == "forked" else []
+                # forked: pflkit's SuperNode (Flower's, its fixed waits capped) in process isolation
+                node = ([sys.executable, "-m", "pflkit.flower.supernode", "--isolation", "process"]
+                        if self.clientapps == "forked" else [_tool("flower-supernode")])
                 self._spawn(f"supernode-{j}", [
-                    _tool("flower-supernode"), *node_security, *isolation, "--superlink", f"127.0.0.1:{self.port}",
+                    *node, *node_security, "--superlink", f"127.0.0.1:{self.port}",
                     "--host", "127.0.0.1", "--port", str(ports[j + 1]),
                     "--node-config", f"partition-id={j} num-partitions={self.num_nodes}"])
             nodes = [p for n, p in self.procs.items() if n.startswith("supernode")]

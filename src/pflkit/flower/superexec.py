@@ -21,6 +21,9 @@ once per address, each in a thread of this process, all with one executor and on
 and a fork server per SuperNode cost about 350 MB a node: ``benchmarks/flower_node_memory.py``).
 ``--parent-pid`` may repeat too (the SuperNodes' PIDs): the process exits when every one of them is gone, as
 Flower's SuperExec exits when its one parent is.
+
+Each loop polls its SuperNode for work as :class:`pflkit.flower.waits.Backoff` waits: 0.01 s after it launched
+a task, growing while idle up to Flower's poll interval (``FLWR_SUPEREXEC_TASK_POLL_INTERVAL``, 1 s by default).
 """
 from __future__ import annotations
 
@@ -36,8 +39,13 @@ from multiprocessing import forkserver
 from flwr.supercore.constant import TASK_TYPE_TO_APPIO_API_ADDRESS_ARG, TASK_TYPE_TO_COMMAND, TaskType
 from flwr.supercore.superexec.executor import ExecutionSpec, LaunchResult, SubprocessExecutor
 
-#: imported once by the fork server, so that a forked ClientApp starts with them loaded
-PRELOAD = ["torch", "flwr.supernode.cli.flwr_clientapp", "pflkit.flower.apps"]
+from .waits import Backoff, replace_time
+
+#: the wait of every loop's idle polls (per thread: per SuperNode), Flower's poll interval the longest
+BACKOFF = Backoff()
+#: imported once by the fork server, so that a forked ClientApp starts with them loaded (httpcore: the HTTP
+#: client flwr-clientapp builds imports it on first use, 0.3 s of every ClientApp on this machine)
+PRELOAD = ["torch", "flwr.supernode.cli.flwr_clientapp", "pflkit.flower.apps", "httpcore"]
 
 
 def clientapp_argv(spec: ExecutionSpec) -> list[str]:
@@ -77,6 +85,7 @@ class ForkExecutor(SubprocessExecutor):
         forkserver.ensure_running()  # import torch & co. now, not at the first message
 
     def launch(self, spec: ExecutionSpec) -> LaunchResult:
+        BACKOFF.reset()  # this SuperNode's loop (this thread) found work: poll often again
         if spec.task_type != TaskType.CLIENT_APP:
             return super().launch(spec)
         with self.lock:
@@ -149,6 +158,7 @@ def main(argv: list[str] | None = None) -> None:
     executor = ForkExecutor()
     run_module = importlib.import_module("flwr.supercore.superexec.run_superexec")
     run_module.get_executor = lambda *args, **kwargs: executor  # Flower's seam for a SuperExec's executor
+    replace_time(run_module, BACKOFF.wait)  # its poll interval (FLWR_SUPEREXEC_TASK_POLL_INTERVAL) the longest wait
     cli = importlib.import_module("flwr.supercore.cli.flower_superexec")
     run_superexec = cli.run_superexec  # what flower_superexec calls once its arguments are parsed
 

@@ -1,0 +1,63 @@
+"""Polls that back off while idle: how pflkit's SuperNode and SuperExec wait for work.
+
+Flower 1.42's SuperNode asks its SuperLink for a message, and after a pull that brings none sleeps 3 s; its
+SuperExec asks its SuperNode for a task every ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL`` seconds (1 s). A message
+that arrives just after a poll waits that long, and a pass waits for the latest of its nodes, so on a small
+deployment those waits are most of a round. Polling often instead costs every poll's request (TLS and the
+node's signature at the SuperLink): ten nodes polling the SuperLink every 0.05 s took most of a core of this
+2-core machine and made rounds no faster (issue 32).
+
+:class:`Backoff` waits ``FIRST_WAIT`` after activity (a message handled, a task launched) and ``GROWTH`` times
+longer after each further idle poll, up to Flower's own wait: a node polls often right after a pass and
+rarely while the federation is idle, and a message that arrives after an idle spell of ``t`` seconds waits at
+most about ``(GROWTH - 1) t``.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import types
+
+#: seconds of the first wait after activity
+FIRST_WAIT = 0.01
+#: factor by which each further idle wait grows
+GROWTH = 1.5
+
+
+class Backoff:
+    """An idle poll's wait, per thread: ``wait(longest)`` sleeps the current wait (at most ``longest``) and
+    grows it; ``reset()`` (on activity) makes the next wait ``FIRST_WAIT`` again."""
+
+    def __init__(self, first: float = FIRST_WAIT, growth: float = GROWTH):
+        if not (first > 0 and growth >= 1):
+            raise ValueError(f"first must be > 0 and growth >= 1, got first={first!r}, growth={growth!r}")
+        self.first, self.growth = first, growth
+        self._local = threading.local()
+
+    def next_wait(self, longest: float) -> float:
+        """The wait the next idle poll makes (and grow the one after it)."""
+        current = getattr(self._local, "wait", self.first)
+        self._local.wait = min(current * self.growth, longest)
+        return min(current, longest)
+
+    def wait(self, longest: float) -> None:
+        time.sleep(self.next_wait(longest))
+
+    def reset(self) -> None:
+        self._local.wait = self.first
+
+
+def time_with_sleep(sleep) -> types.SimpleNamespace:
+    """A stand-in for the :mod:`time` module, for one module of Flower's, whose ``sleep`` is ``sleep``;
+    everything else is :mod:`time`'s own."""
+    shim = types.SimpleNamespace(**{k: getattr(time, k) for k in dir(time) if not k.startswith("__")})
+    shim.sleep = sleep
+    return shim
+
+
+def replace_time(module, sleep) -> None:
+    """Give ``module`` (one of Flower's, which does ``import time``) a ``time`` whose ``sleep`` is ``sleep``."""
+    if not isinstance(getattr(module, "time", None), (types.ModuleType, types.SimpleNamespace)):
+        raise RuntimeError(f"{module.__name__} no longer imports the time module: pflkit.flower.waits needs "
+                           "updating for this Flower version")
+    module.time = time_with_sleep(sleep)
