@@ -148,6 +148,7 @@ def test_one_process_for_many_supernodes_ends_when_every_loop_has_ended(capsys):
 
 
 def test_a_launch_restarts_its_loops_backoff(monkeypatch):
+    superexec.BACKOFF.reset()
     for _ in range(4):
         superexec.BACKOFF.next_wait(1.0)
     executor = superexec.ForkExecutor.__new__(superexec.ForkExecutor)  # no fork server needed: not a ClientApp

@@ -15,6 +15,8 @@ from pflkit.flower import supernode, waits
 
 def test_the_idle_wait_grows_to_the_longest_and_restarts_on_activity():
     b = waits.Backoff(first=0.01, growth=2.0)
+    assert [b.next_wait(0.05) for _ in range(2)] == [0.05, 0.05]  # before any activity: Flower's own wait
+    b.reset()
     assert [b.next_wait(0.05) for _ in range(5)] == [0.01, 0.02, 0.04, 0.05, 0.05]  # exact: powers of two
     b.reset()
     assert b.next_wait(0.05) == 0.01
@@ -25,13 +27,14 @@ def test_the_idle_wait_grows_to_the_longest_and_restarts_on_activity():
 
 def test_each_thread_backs_off_on_its_own():
     b = waits.Backoff(first=0.01, growth=2.0)
+    b.reset()
     for _ in range(3):
         b.next_wait(1.0)
     seen = []
     thread = threading.Thread(target=lambda: seen.append(b.next_wait(1.0)))
     thread.start()
     thread.join()
-    assert seen == [0.01] and b.next_wait(1.0) == 0.08
+    assert seen == [1.0] and b.next_wait(1.0) == 0.08  # the new thread has seen no activity yet
 
 
 def test_the_supernodes_empty_pull_wait_backs_off_and_a_reply_wait_is_short(monkeypatch):
@@ -39,9 +42,10 @@ def test_the_supernodes_empty_pull_wait_backs_off_and_a_reply_wait_is_short(monk
     monkeypatch.setattr(waits.time, "sleep", slept.append)
     monkeypatch.setattr(supernode.time, "sleep", slept.append)
     sleep = supernode.node_sleep(waits.Backoff(first=0.01, growth=2.0))
-    for seconds in (3, 3, 3, 0.5, 0.5, 3):  # three empty pulls, a message's reply waits, an empty pull
+    # an empty pull before any message, a message's reply waits, three empty pulls
+    for seconds in (3, 0.5, 0.5, 3, 3, 3):
         sleep(seconds)
-    assert slept == [0.01, 0.02, 0.04, waits.FIRST_WAIT, waits.FIRST_WAIT, 0.01]
+    assert slept == [3, waits.FIRST_WAIT, waits.FIRST_WAIT, 0.01, 0.02, 0.04]
 
 
 def test_replace_time_gives_one_module_its_own_sleep_and_keeps_the_rest_of_time():

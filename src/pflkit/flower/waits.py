@@ -9,7 +9,7 @@ node's signature at the SuperLink): ten nodes polling the SuperLink every 0.05 s
 
 :class:`Backoff` waits ``FIRST_WAIT`` after activity (a message handled, a task launched) and ``GROWTH`` times
 longer after each further idle poll, up to Flower's own wait: a node polls often right after a pass and
-rarely while the federation is idle, and a message that arrives after an idle spell of ``t`` seconds waits at
+rarely while the federation is idle (and before its first message), and a message that arrives after an idle spell of ``t`` seconds waits at
 most about ``(GROWTH - 1) t``.
 """
 from __future__ import annotations
@@ -26,7 +26,9 @@ GROWTH = 1.5
 
 class Backoff:
     """An idle poll's wait, per thread: ``wait(longest)`` sleeps the current wait (at most ``longest``) and
-    grows it; ``reset()`` (on activity) makes the next wait ``FIRST_WAIT`` again."""
+    grows it; ``reset()`` (on activity) makes the next wait ``FIRST_WAIT`` again. Until its first activity a
+    thread waits ``longest``, as Flower does: a hundred nodes starting at once do not flood their SuperLink
+    with fast polls (they did: 9 of 100 SuperNodes had not started after 60 s)."""
 
     def __init__(self, first: float = FIRST_WAIT, growth: float = GROWTH):
         if not (first > 0 and growth >= 1):
@@ -36,7 +38,9 @@ class Backoff:
 
     def next_wait(self, longest: float) -> float:
         """The wait the next idle poll makes (and grow the one after it)."""
-        current = getattr(self._local, "wait", self.first)
+        current = getattr(self._local, "wait", None)
+        if current is None:  # no activity yet: idle
+            return longest
         self._local.wait = min(current * self.growth, longest)
         return min(current, longest)
 
