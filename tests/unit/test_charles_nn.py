@@ -179,6 +179,38 @@ def test_grid_drops_and_reports_diverged_settings():
     assert bad["round"].max() < 4  # no longer computed once diverged
 
 
+def _scripted_run(losses, patience, rounds=4):
+    """run_grid over settings A and B whose watched loss at evaluation e is ``losses[e]`` (for the settings
+    still alive, in order); returns the diverged frame and how many settings each evaluation saw."""
+    data, model = tiny_data(num_clients=4), tiny_model()
+    seen = []
+
+    def scripted(params):
+        n = next(iter(params.values())).shape[0]
+        seen.append(n)
+        return {"train_loss": torch.tensor(losses[len(seen) - 1][:n])}
+
+    run = E.run_grid(model, data, [E.Setting(0.05, 0.1), E.Setting(0.05, 0.2)], rounds=rounds, local_steps=1,
+                     batch_size=2, clients_per_round=2, seed=0, evaluate=scripted, diverge_factor=5.0,
+                     diverge_patience=patience)
+    return run.diverged, seen
+
+
+def test_diverge_patience_lets_a_transient_spike_run_on_and_stops_a_lasting_one():
+    # A spikes once (10 > 5 x 1) and comes back; B stays above from evaluation 1 on
+    losses = [[1.0, 1.0], [10.0, 10.0], [1.0, 10.0], [1.0, 10.0], [1.0, 10.0]]
+    dead, seen = _scripted_run(losses, patience=1)
+    assert dead[["setting", "round"]].values.tolist() == [[0, 1], [1, 1]] and seen == [2, 2]
+    assert dead["reason"].tolist() == ["train_loss 10 > 5 x initial 1"] * 2
+    dead, seen = _scripted_run(losses, patience=3)
+    assert dead[["setting", "round"]].values.tolist() == [[1, 3]] and seen == [2, 2, 2, 2, 1]
+    assert dead["reason"].tolist() == ["train_loss 10 > 5 x initial 1 at 3 evaluations in a row"]
+    dead, _ = _scripted_run([[1.0, 1.0], [float("nan"), 1.0], [1.0], [1.0], [1.0]], patience=3)
+    assert dead[["setting", "round", "reason"]].values.tolist() == [[0, 1, "non-finite"]]  # never waits
+    with pytest.raises(ValueError, match="diverge_patience must be a positive int"):
+        _scripted_run(losses, patience=0)
+
+
 def test_pick_best_uses_mean_of_last_window():
     rows = []
     for s, vals in {0: [1, 1, 5, 5], 1: [9, 9, 4, 4], 2: [0, 0, 0, 0]}.items():

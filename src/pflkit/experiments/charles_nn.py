@@ -15,8 +15,9 @@ accuracy of the server model on a fixed sample of the pooled test examples (the 
 the union of the test clients). Tuning (:func:`pick_best`) follows the paper: the setting with the
 best mean over the last ``tune_window`` evaluations (Fig. 6: highest test accuracy; Fig. 13: lowest
 training loss). A setting *diverges* when its parameters or watched loss (training loss; Fig. 6: test
-loss) become non-finite or the loss exceeds ``diverge_factor`` x its initial value; it is then dropped
-from the batch (no further compute) and reported with the round it was caught.
+loss) become non-finite, or the loss exceeds ``diverge_factor`` x its initial value at ``diverge_patience``
+evaluations in a row; it is then dropped from the batch (no further compute) and reported with the round it
+was caught.
 
 Trained models: :func:`save_models` keeps every setting's final model (stacked per task) under the stage's
 models folder; :func:`saved_final` re-evaluates them from the files alone and gives each setting's recorded
@@ -146,13 +147,15 @@ def evaluate_settings(evaluate, params: Params, idx: Tensor, settings_chunk: int
 
 def run_grid(model: FunctionalModel, data: FederatedDataset, settings: list[Setting], *, rounds: int,
              local_steps: int, batch_size: int, clients_per_round: int | None, seed: int, evaluate,
-             eval_every: int = 1, diverge_factor: float = 2.0, watch: str = "train_loss",
+             eval_every: int = 1, diverge_factor: float = 2.0, diverge_patience: int = 1, watch: str = "train_loss",
              show_progress: bool = False, label: str = "", settings_chunk: int | None = None) -> GridRun:
     """LocalUpdate(Theta_{1:K}, alpha, gamma, B, M, ServerOpt) for every setting at once.
 
     The round is ``algorithms.local_update.LocalUpdateGrid``'s (every setting's LocalUpdate round at once);
-    here: the evaluations, and a setting whose ``watch`` metric grows past ``diverge_factor`` x its first
-    value (or turns non-finite) stops stepping and is recorded as diverged (a result, not an error).
+    here: the evaluations, and a setting whose ``watch`` metric is above ``diverge_factor`` x its first value
+    at ``diverge_patience`` evaluations in a row (or turns non-finite: at once) stops stepping and is recorded
+    as diverged (a result, not an error). ``diverge_patience`` 1 stops at the first evaluation above; more
+    lets a transient spike that comes back down run on (the paper profile: a whole tune window).
 
     ``settings_chunk``: at most this many settings per client pass and per evaluation call (bounds memory
     to chunk x M models, e.g. ResNet-18 grids at paper scale); the minibatch draws then come in a
@@ -161,7 +164,8 @@ def run_grid(model: FunctionalModel, data: FederatedDataset, settings: list[Sett
     if not settings:
         raise ValueError("settings must list at least one Setting")
     for name, v in (("rounds", rounds), ("local_steps", local_steps), ("batch_size", batch_size),
-                    ("eval_every", eval_every), ("settings_chunk", 1 if settings_chunk is None else settings_chunk)):
+                    ("eval_every", eval_every), ("diverge_patience", diverge_patience),
+                    ("settings_chunk", 1 if settings_chunk is None else settings_chunk)):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
     dev = data.device
@@ -174,6 +178,7 @@ def run_grid(model: FunctionalModel, data: FederatedDataset, settings: list[Sett
                            clients_per_round=clients_per_round, settings_chunk=settings_chunk)
     state = grid.init(data, seed)
     first: dict[int, float] = {}
+    above: dict[int, int] = {}  # evaluations in a row above diverge_factor x first, per setting
     rows, dead = [], []
     start = time.perf_counter()
 
@@ -189,10 +194,12 @@ def run_grid(model: FunctionalModel, data: FederatedDataset, settings: list[Sett
             w = float(values[watch][j])
             first.setdefault(g, w)
             finite = math.isfinite(w) and all(bool(torch.isfinite(v[g]).all()) for v in state.x.values())
-            if not finite or w > diverge_factor * first[g]:
+            above[g] = above.get(g, 0) + 1 if w > diverge_factor * first[g] else 0
+            if not finite or above[g] >= diverge_patience:
                 state.alive[g] = False
+                in_a_row = f" at {diverge_patience} evaluations in a row" if diverge_patience > 1 else ""
                 dead.append({"setting": g, "round": r, "reason": "non-finite" if not finite else
-                             f"{watch} {w:.3g} > {diverge_factor:g} x initial {first[g]:.3g}"})
+                             f"{watch} {w:.3g} > {diverge_factor:g} x initial {first[g]:.3g}{in_a_row}"})
 
     for r in range(rounds + 1):
         if r % eval_every == 0 or r == rounds:
@@ -431,6 +438,8 @@ class NNConfig(StageConfig):
     eval_samples: int = Field(ge=1)
     tune_window: int = Field(ge=1)  # evaluations averaged when tuning (paper: last 100 rounds)
     diverge_factor: float = Field(gt=1)
+    #: evaluations in a row above diverge_factor x initial before a setting counts as diverged (non-finite: at once)
+    diverge_patience: PositiveInt
     seed: Seed
     settings_chunk: PositiveInt | None  # run_grid: at most this many settings per call (memory); None: all
     #: the split the server models are evaluated on (its loss and accuracy; the loss is watched for divergence)
@@ -560,7 +569,7 @@ def _run_tasks(cfg: NNConfig, settings: list[Setting]) -> TaskRuns:
         run = run_grid(model, data, settings, rounds=t.rounds, local_steps=cfg.local_steps,
                        batch_size=t.batch_size, clients_per_round=t.clients_per_round, seed=cfg.seed,
                        evaluate=evaluate, eval_every=cfg.eval_every, diverge_factor=cfg.diverge_factor,
-                       watch=f"{cfg.eval_split}_loss", label=f"{cfg.stage} {name}: ",
+                       diverge_patience=cfg.diverge_patience, watch=f"{cfg.eval_split}_loss", label=f"{cfg.stage} {name}: ",
                        settings_chunk=cfg.settings_chunk)
         hist.append(run.history.assign(task=name))
         dead.append(run.diverged.assign(task=name))
