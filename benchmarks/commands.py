@@ -69,14 +69,17 @@ def measure(keys: list[str], venv: Path) -> list[dict]:
 
 
 def markdown(res: dict) -> str:
-    m = res["machine"]
-    lines = [f"Measured on {m.get('cpu', 'this machine')}, {os.cpu_count()} cores, by `python benchmarks/commands.py` "
+    cpus = list(dict.fromkeys(r.get("cpu", res["machine"].get("cpu", "this machine")) for r in res["rows"]))
+    where = cpus[0] if len(cpus) == 1 else "the machine each row names (rows re-measured with --only)"
+    lines = [f"Measured on {where}, {os.cpu_count()} cores, by `python benchmarks/commands.py` "
              f"(load average at the end: {res['load_average_end'][0]:.1f}).", "",
-             "| command | wall time | peak memory (process tree) | disk |", "|---|---:|---:|---:|"]
+             "| command | wall time | peak memory (process tree) | disk |" + (" machine |" if len(cpus) > 1 else ""),
+             "|---|---:|---:|---:|" + ("---|" if len(cpus) > 1 else "")]
     for r in res["rows"]:
         disk = f"{r['installed_mb'] / 1024:.1f} GB" if "installed_mb" in r else ""
         wall = f"{r['wall_seconds']:.1f} s" if r["wall_seconds"] < 60 else f"{r['wall_seconds'] / 60:.1f} min"
-        lines.append(f"| `{r['command']}` | {wall} | {r['peak_rss_mb'] / 1024:.1f} GB | {disk} |")
+        cpu = f" {r.get('cpu', res['machine'].get('cpu'))} |" if len(cpus) > 1 else ""
+        lines.append(f"| `{r['command']}` | {wall} | {r['peak_rss_mb'] / 1024:.1f} GB | {disk} |{cpu}")
     lines += ["", "Set-up downloads every package (pip's cache off), as on a fresh machine; `make flower` after "
               "`make setup` adds Flower and Ray. Peak memory: the sum of the resident memory of the command and all "
               "its descendants, sampled every 0.25 s."]
@@ -99,10 +102,12 @@ def main(argv: list[str] | None = None) -> dict:
     out = Path(args.out)
     with tempfile.TemporaryDirectory(prefix="pflkit-commands-") as tmp:
         rows = measure(keys, Path(tmp) / ".venv")
-    old = json.loads((out / "commands.json").read_text())["rows"] if (out / "commands.json").exists() else []
-    measured = {r["key"]: r for r in rows}
+    machine = machine_info(torch.device("cpu"))
+    previous = json.loads((out / "commands.json").read_text()) if (out / "commands.json").exists() else {"rows": []}
+    old = [{"cpu": previous.get("machine", {}).get("cpu"), **r} for r in previous["rows"]]  # each row keeps its machine
+    measured = {r["key"]: {**r, "cpu": machine.get("cpu")} for r in rows}
     rows = [measured.pop(r["key"], r) for r in old if r["key"] in COMMANDS] + list(measured.values())
-    res = {"machine": machine_info(torch.device("cpu")), "rows": rows, "load_average_end": list(os.getloadavg())}
+    res = {"machine": machine, "rows": rows, "load_average_end": list(os.getloadavg())}
     out.mkdir(parents=True, exist_ok=True)
     (out / "commands.json").write_text(json.dumps(res, indent=1))
     text = markdown(res)

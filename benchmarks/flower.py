@@ -119,8 +119,7 @@ def child(engine: str, clients: int, rounds: int, quick: bool, launched: float, 
             res = simulate(specs, num_cpus=cfg.ray_cpus, object_store_mb=cfg.object_store_mb)
         else:
             from pflkit.flower.deployment import deploy
-            res = deploy(specs, workdir=tempfile.mkdtemp(prefix="pflkit-flower-bench-"),
-                         clientapps="per-message" if engine == "deployment-per-message" else "forked")
+            res = deploy(specs, clientapps="per-message" if engine == "deployment-per-message" else "forked")
             if res["leftover_pids"]:
                 raise RuntimeError(f"processes left behind: {res['leftover_pids']}")
         startup = res["registered_at"] - launched

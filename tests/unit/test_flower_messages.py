@@ -8,6 +8,7 @@ import torch
 
 pytest.importorskip("flwr")
 
+from flwr.app import ArrayRecord, ConfigRecord, RecordDict  # noqa: E402
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects  # noqa: E402
 
 from pflkit.flower.apps import job_content, job_from, pack, reply_content, reply_from, unpack  # noqa: E402
@@ -59,4 +60,7 @@ def test_a_message_has_the_same_few_objects_however_many_tensors_it_carries():
         job = Job({f"model.p{i}": torch.full((3,), float(i)) for i in range(n)}, {"kind": "train"})
         return len(get_all_nested_objects(job_content(job)))  # the message's content, as Flower sends it
 
-    assert objects(1) == objects(20)  # one packed array: 20 tensors as separate arrays would add 38 objects
+    assert objects(1) == objects(20) == 5  # RecordDict, 2 records, one Array, its one chunk
+    tensors = {f"model.p{i}": torch.full((3,), float(i)) for i in range(20)}
+    unpacked = RecordDict({"arrays": ArrayRecord.from_torch_state_dict(tensors), "config": ConfigRecord({})})
+    assert len(get_all_nested_objects(unpacked)) == 43  # what Flower's own ArrayRecord of the 20 would send

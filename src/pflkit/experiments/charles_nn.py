@@ -569,8 +569,8 @@ def _run_tasks(cfg: NNConfig, settings: list[Setting]) -> TaskRuns:
         run = run_grid(model, data, settings, rounds=t.rounds, local_steps=cfg.local_steps,
                        batch_size=t.batch_size, clients_per_round=t.clients_per_round, seed=cfg.seed,
                        evaluate=evaluate, eval_every=cfg.eval_every, diverge_factor=cfg.diverge_factor,
-                       diverge_patience=cfg.diverge_patience, watch=f"{cfg.eval_split}_loss", label=f"{cfg.stage} {name}: ",
-                       settings_chunk=cfg.settings_chunk)
+                       diverge_patience=cfg.diverge_patience, watch=f"{cfg.eval_split}_loss",
+                       label=f"{cfg.stage} {name}: ", settings_chunk=cfg.settings_chunk)
         hist.append(run.history.assign(task=name))
         dead.append(run.diverged.assign(task=name))
         records[name] = {**task.record, "num_clients": data.num_clients, "rounds": t.rounds,

@@ -41,6 +41,8 @@ from .spec import RunSpec, specs_to_json
 CONNECTION = "pflkit-local"
 #: seconds a process group gets between SIGTERM and SIGKILL
 GRACE_SECONDS = 10.0
+#: seconds added per SuperNode to the wait for the deployment's processes to start (default startup_timeout)
+STARTUP_SECONDS_PER_NODE = 1.0
 #: how ClientApps start: forked from a warm fork server that serves every SuperNode, or Flower's default (a
 #: fresh process per message)
 CLIENTAPPS = ("forked", "per-message")
@@ -100,7 +102,7 @@ class Deployment:
     (real certificates). ``insecure=True`` turns both off: plain-text gRPC that any local process may join,
     for local experiments only."""
 
-    def __init__(self, num_nodes: int, workdir: str | Path | None = None, startup_timeout: float = 60.0,
+    def __init__(self, num_nodes: int, workdir: str | Path | None = None, startup_timeout: float | None = None,
                  threads: int = 1, insecure: bool = False, credentials: Credentials | None = None,
                  clientapps: str = "forked"):
         require_flower()
@@ -114,7 +116,10 @@ class Deployment:
         self.num_nodes = num_nodes
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="pflkit-flower-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.startup_timeout = float(startup_timeout)
+        # each SuperNode's start costs about 1.4 s of CPU (Python and Flower's imports): 100 of them take over a
+        # minute of a 2-core machine, so the wait for processes to start grows with the node count
+        self.startup_timeout = float(60.0 + STARTUP_SECONDS_PER_NODE * num_nodes if startup_timeout is None
+                                     else startup_timeout)
         self.home = self.workdir / "flwr-home"
         self.procs: dict[str, subprocess.Popen] = {}
         self._logs: list = []

@@ -9,8 +9,8 @@ node's signature at the SuperLink): ten nodes polling the SuperLink every 0.05 s
 
 :class:`Backoff` waits ``FIRST_WAIT`` after activity (a message handled, a task launched) and ``GROWTH`` times
 longer after each further idle poll, up to Flower's own wait: a node polls often right after a pass and
-rarely while the federation is idle (and before its first message), and a message that arrives after an idle spell of ``t`` seconds waits at
-most about ``(GROWTH - 1) t``.
+rarely while the federation is idle (and before its first message), and a message that arrives after an idle
+spell of ``t`` seconds waits at most about ``(GROWTH - 1) t``.
 """
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ GROWTH = 1.5
 class Backoff:
     """An idle poll's wait, per thread: ``wait(longest)`` sleeps the current wait (at most ``longest``) and
     grows it; ``reset()`` (on activity) makes the next wait ``FIRST_WAIT`` again. Until its first activity a
-    thread waits ``longest``, as Flower does: a hundred nodes starting at once do not flood their SuperLink
-    with fast polls (they did: 9 of 100 SuperNodes had not started after 60 s)."""
+    thread waits ``longest``, as Flower does: nodes that are starting, or have never had work, poll at
+    Flower's own pace."""
 
     def __init__(self, first: float = FIRST_WAIT, growth: float = GROWTH):
         if not (first > 0 and growth >= 1):
