@@ -181,7 +181,7 @@ class Deployment:
             for j in range(self.num_nodes):
                 node_security = ["--insecure"] if self.insecure else [
                     "--root-certificates", str(cred.ca_cert), "--auth-supernode-private-key", str(cred.node_keys[j])]
-                # forked: pflkit's SuperNode (Flower's, its fixed waits capped) in process isolation
+                # forked: pflkit's SuperNode (Flower's, its fixed waits replaced by a backoff) in process isolation
                 node = ([sys.executable, "-m", "pflkit.flower.supernode", "--isolation", "process"]
                         if self.clientapps == "forked" else [_tool("flower-supernode")])
                 self._spawn(f"supernode-{j}", [

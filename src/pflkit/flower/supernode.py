@@ -3,8 +3,7 @@
 Flower 1.42's SuperNode loop (``flwr.supernode.start_client_internal``) sleeps 3 s after every pull from the
 SuperLink that brings no message, and waits for its ClientApp's reply in steps of 0.5 s; both are literals in
 its code, with no option or environment variable. On a deployment whose clients compute in tenths of a
-second those waits were most of each round (issue 32: 4.2 s per 10-client FedAvg round against 0.1 s on the
-simulation engine).
+second they add up to seconds per round: a pass waits for the latest of its nodes (issue 32).
 
     python -m pflkit.flower.supernode <flower-supernode's arguments>
 

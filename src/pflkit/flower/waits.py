@@ -3,9 +3,9 @@
 Flower 1.42's SuperNode asks its SuperLink for a message, and after a pull that brings none sleeps 3 s; its
 SuperExec asks its SuperNode for a task every ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL`` seconds (1 s). A message
 that arrives just after a poll waits that long, and a pass waits for the latest of its nodes, so on a small
-deployment those waits are most of a round. Polling often instead costs every poll's request (TLS and the
-node's signature at the SuperLink): ten nodes polling the SuperLink every 0.05 s took most of a core of this
-2-core machine and made rounds no faster (issue 32).
+deployment those waits add up to seconds per round. Polling often instead costs a request per poll at the
+SuperLink's HTTP stack: ten nodes polling every 0.05 s kept more than a core of this 2-core machine busy and
+made rounds no faster (issue 32).
 
 :class:`Backoff` waits ``FIRST_WAIT`` after activity (a message handled, a task launched) and ``GROWTH`` times
 longer after each further idle poll, up to Flower's own wait: a node polls often right after a pass and
