@@ -69,7 +69,10 @@ def measure(keys: list[str], venv: Path) -> list[dict]:
 
 
 def markdown(res: dict) -> str:
-    cpus = list(dict.fromkeys(r.get("cpu", res["machine"].get("cpu", "this machine")) for r in res["rows"]))
+    def cpu(row: dict) -> str:  # the machine a row was measured on (older files: the file's one machine)
+        return row.get("cpu") or res["machine"].get("cpu", "this machine")
+
+    cpus = list(dict.fromkeys(cpu(r) for r in res["rows"]))
     where = cpus[0] if len(cpus) == 1 else "the machine each row names (rows re-measured with --only)"
     lines = [f"Measured on {where}, {os.cpu_count()} cores, by `python benchmarks/commands.py` "
              f"(load average at the end: {res['load_average_end'][0]:.1f}).", "",
@@ -78,8 +81,8 @@ def markdown(res: dict) -> str:
     for r in res["rows"]:
         disk = f"{r['installed_mb'] / 1024:.1f} GB" if "installed_mb" in r else ""
         wall = f"{r['wall_seconds']:.1f} s" if r["wall_seconds"] < 60 else f"{r['wall_seconds'] / 60:.1f} min"
-        cpu = f" {r.get('cpu', res['machine'].get('cpu'))} |" if len(cpus) > 1 else ""
-        lines.append(f"| `{r['command']}` | {wall} | {r['peak_rss_mb'] / 1024:.1f} GB | {disk} |{cpu}")
+        machine = f" {cpu(r)} |" if len(cpus) > 1 else ""
+        lines.append(f"| `{r['command']}` | {wall} | {r['peak_rss_mb'] / 1024:.1f} GB | {disk} |{machine}")
     lines += ["", "Set-up downloads every package (pip's cache off), as on a fresh machine; `make flower` after "
               "`make setup` adds Flower and Ray. Peak memory: the sum of the resident memory of the command and all "
               "its descendants, sampled every 0.25 s."]

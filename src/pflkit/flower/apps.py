@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
@@ -49,8 +50,6 @@ def pack(arrays: dict[str, torch.Tensor]) -> ArrayRecord:
     array of a message as objects of their own, each with a request at every hop (SuperLink, SuperNode,
     ClientApp), and on a small deployment those requests are most of a round: one array per message keeps
     them to a few. Lossless: :func:`unpack` gives the same tensors, bit for bit."""
-    import numpy as np
-
     layout, chunks = [], []
     for name, t in arrays.items():
         t = t.detach().contiguous().cpu()
