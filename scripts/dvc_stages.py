@@ -5,7 +5,8 @@
 
 Each stage depends on its notebook's py:percent twin, on any other stage's outputs it reads, and on
 exactly the src/pflkit files its code can import: found by a static walk of the imports (every
-``import`` / ``from ... import`` anywhere in a file, inside functions too, absolute and relative),
+``import`` / ``from ... import`` anywhere in a file, inside functions too, absolute and relative,
+and every module a file launches as ``[..., "-m", "pflkit.x", ...]``, as the Flower deployment does),
 starting from the notebook twin, the stage's config module, and what the stage command runs
 (pflkit/__main__.py, pflkit/notebooks.py, pflkit/config.py), with every parent package's
 ``__init__.py``. Editing a file re-runs only the stages that import it.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import importlib.util
 import json
 import sys
@@ -49,12 +51,18 @@ def module_file(name: str, src: Path) -> Path | None:
     return None
 
 
-def imported_names(path: Path, module: str | None, src: Path) -> set[str]:
+def imported_names(path: Path, module: str | None, src: Path) -> frozenset[str]:
     """Every module name ``path`` (module ``module``; None for a script or notebook) may import: each
     ``import`` and ``from ... import`` anywhere in it, relative ones resolved, and for ``from m
-    import n`` both ``m`` and ``m.n`` (n may be a submodule)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    is_package = path.name == "__init__.py"
+    import n`` both ``m`` and ``m.n`` (n may be a submodule); and each module it launches, ``"-m", "m"``
+    in a literal list or tuple (a subprocess's command line runs that module's code)."""
+    return _imported_names(path.read_text(), str(path), module, path.name == "__init__.py")
+
+
+@functools.lru_cache(maxsize=None)
+def _imported_names(text: str, filename: str, module: str | None, is_package: bool) -> frozenset[str]:
+    """:func:`imported_names` of one file's text (memoized: every stage's walk reads the same files)."""
+    tree = ast.parse(text, filename=filename)
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -72,7 +80,11 @@ def imported_names(path: Path, module: str | None, src: Path) -> set[str]:
                 names.add(base)
             names.update(f"{base}.{alias.name}" if base else alias.name for alias in node.names
                          if alias.name != "*")
-    return names
+        elif isinstance(node, (ast.List, ast.Tuple)):
+            items = [e.value if isinstance(e, ast.Constant) else None for e in node.elts]
+            names.update(name for flag, name in zip(items, items[1:])
+                         if flag == "-m" and isinstance(name, str))
+    return frozenset(names)
 
 
 def with_parents(name: str) -> list[str]:
@@ -86,9 +98,13 @@ def import_closure(start_files: list[Path], start_modules: list[str], src: Path)
     ``start_modules`` can import, transitively, parent packages' ``__init__.py`` included."""
     found: set[Path] = set()
     todo: list[tuple[Path, str | None]] = [(f, None) for f in start_files]
+    looked_up: set[str] = set()  # module names already resolved to a file (or to none)
 
     def add(name: str) -> None:
         for parent in with_parents(name):
+            if parent in looked_up:
+                continue
+            looked_up.add(parent)
             path = module_file(parent, src)
             if path is not None and path not in found:
                 found.add(path)

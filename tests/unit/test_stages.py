@@ -54,10 +54,12 @@ def _write(path: Path, text: str):
     path.write_text(text)
 
 
-def test_import_walk_finds_lazy_relative_and_parent_package_imports(tmp_path):
+def test_import_walk_finds_lazy_relative_parent_package_and_spawned_imports(tmp_path):
     src = tmp_path / "src"
     _write(src / "pkg/__init__.py", "")
-    _write(src / "pkg/a.py", "from .sub import b\n\ndef later():\n    from . import lazy\n    import pkg.deep.x\n")
+    _write(src / "pkg/a.py", "from .sub import b\n\ndef later():\n    from . import lazy\n    import pkg.deep.x\n"
+                             "    return [sys.executable, '-m', 'pkg.spawned', '-m', 'x'], ('-m', 'numpy')\n")
+    _write(src / "pkg/spawned.py", "")
     _write(src / "pkg/sub/__init__.py", "")
     _write(src / "pkg/sub/b.py", "import os\nfrom ..c import thing\n")
     _write(src / "pkg/c.py", "thing = 1\n")
@@ -70,7 +72,7 @@ def test_import_walk_finds_lazy_relative_and_parent_package_imports(tmp_path):
     found = dvc_stages.import_closure([tmp_path / "nb.py"], [], src)
     assert sorted(p.relative_to(src).as_posix() for p in found) == [
         "pkg/__init__.py", "pkg/a.py", "pkg/c.py", "pkg/deep/__init__.py", "pkg/deep/x.py", "pkg/deep/y.py",
-        "pkg/lazy.py", "pkg/sub/__init__.py", "pkg/sub/b.py"]
+        "pkg/lazy.py", "pkg/spawned.py", "pkg/sub/__init__.py", "pkg/sub/b.py"]
 
 
 def test_data_imports_nothing_of_the_engine():
