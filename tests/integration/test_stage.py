@@ -134,9 +134,39 @@ def _dvc_project(tmp_path: Path) -> tuple[Path, str]:
     return proj, dvc
 
 
-def test_dvc_repro_is_cached_and_interactive_runs_do_not_invalidate(tmp_path):
-    proj, dvc = _dvc_project(tmp_path)
-    _run([dvc, "repro", "-q"], proj)
+def _ran(out: str) -> set[str]:
+    """The stages a `dvc repro` ran (DVC prints "Running stage '<name>':")."""
+    return set(re.findall(r"Running stage '([^']+)'", out))
+
+
+@pytest.fixture(scope="session")
+def _reproduced_once(tmp_path_factory) -> tuple[Path, str]:
+    """The minimal DVC project after its first `dvc repro` (data, compute and plot stages ran), built once for
+    the tests below, which each start from a copy (`_reproduced`): one first run instead of three. Session
+    scope: pytest tears a module's fixtures down whenever a worker moves on to another module's test."""
+    proj, dvc = _dvc_project(tmp_path_factory.mktemp("reproduced"))
+    first = _run([dvc, "repro"], proj).stdout
+    assert _ran(first) == {DATA, STAGE, PLOT}, first
+    return proj, dvc
+
+
+@pytest.fixture
+def _reproduced(_reproduced_once, tmp_path) -> tuple[Path, str]:
+    """A copy of the reproduced project (its git repository, DVC cache and outputs), DVC status clean."""
+    built, dvc = _reproduced_once
+    proj = tmp_path / "proj"
+    shutil.copytree(built, proj, symlinks=True)
+    assert json.loads(_run([dvc, "status", "--json"], proj).stdout) == {}
+    return proj, dvc
+
+
+# the tests that start from the reproduced project share one worker, so the first run happens once
+_from_reproduced = pytest.mark.xdist_group("perm_fig1_reproduced")
+
+
+@_from_reproduced
+def test_dvc_repro_is_cached_and_interactive_runs_do_not_invalidate(_reproduced):
+    proj, dvc = _reproduced
     assert (proj / "results/perm_fig1/metrics.json").exists()
     status = _run([dvc, "status", "--json"], proj).stdout
     assert json.loads(status) == {}
@@ -169,13 +199,14 @@ def test_dvc_repro_is_cached_and_interactive_runs_do_not_invalidate(tmp_path):
     assert set(diff) >= {f"perm_fig1.accuracy.{m}" for m in head["accuracy"]}
 
 
-def test_dvc_repro_executes_the_twin_dvc_tracks_not_the_stored_ipynb(tmp_path):
-    proj, dvc = _dvc_project(tmp_path)
+@_from_reproduced
+def test_dvc_repro_executes_the_twin_dvc_tracks_not_the_stored_ipynb(_reproduced):
+    proj, dvc = _reproduced
     # an edit made only in the .ipynb is neither tracked nor executed; `notebooks check` reports it
     nb = nbformat.read(proj / NOTEBOOK, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell('print("MARKER-IPYNB-ONLY")'))
     nbformat.write(nb, proj / NOTEBOOK)
-    _run([dvc, "repro", "-q"], proj)
+    assert "Running stage" not in _run([dvc, "repro"], proj).stdout
     assert "MARKER-IPYNB-ONLY" not in (proj / REPORT).read_text()
     check = _run([sys.executable, "-m", "pflkit", "notebooks", "check"], proj, check=False)
     assert check.returncode == 1 and "code differs from fig1_synthetic.py" in check.stdout
@@ -227,17 +258,11 @@ def test_reproduce_runs_a_profile_under_build_records_its_runtime_and_writes_its
         assert out.returncode == rc and message in out.stderr, out.stderr
 
 
-def _ran(out: str) -> set[str]:
-    """The stages a `dvc repro` ran (DVC prints "Running stage '<name>':")."""
-    return set(re.findall(r"Running stage '([^']+)'", out))
-
-
-def test_a_figure_setting_re_runs_only_the_plot_stage(tmp_path):
+@_from_reproduced
+def test_a_figure_setting_re_runs_only_the_plot_stage(_reproduced):
     """Issue 21: figures apart from training. A figure setting (params.yaml `figures`) re-runs the plot stage
     alone, from the results files, in seconds; the data and training stages are not touched."""
-    proj, dvc = _dvc_project(tmp_path)
-    first = _run([dvc, "repro"], proj).stdout
-    assert _ran(first) == {DATA, STAGE, PLOT}
+    proj, dvc = _reproduced
     png = proj / "figures/perm/fig1_synthetic.png"
     from PIL import Image
     width = Image.open(png).size[0]
