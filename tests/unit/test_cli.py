@@ -3,11 +3,14 @@ notebook from the stage table; an unknown stage name is refused at once, with th
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from pflkit import __main__ as cli
 from pflkit import stages
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("command", sorted(cli.EXAMPLES))
@@ -55,3 +58,13 @@ def test_stage_without_a_notebook_runs_the_stage_tables(monkeypatch, capsys):
     monkeypatch.setattr(nb, "run_stage", lambda *a: seen.append(a) or nb.Path("reports/x.ipynb"))
     assert cli.main(["stage", "perm_fig1_plot"]) == 0
     assert seen[0][:2] == ("perm_fig1_plot", stages.get("perm_fig1_plot").notebook.replace(".py", ".ipynb"))
+
+
+def test_the_cli_process_skips_the_slow_iri_format_and_still_validates_notebooks():
+    """`python -m pflkit` hides rfc3987_syntax (1 s of parser building at import, for jsonschema's "iri" format):
+    nbformat still imports and validates a notebook, without loading it."""
+    code = ("import sys; from pflkit.__main__ import hide_slow_optional_modules; hide_slow_optional_modules(); "
+            "import nbformat; nb = nbformat.read('notebooks/charles/fig1_frontiers_gamma_and_K.ipynb', as_version=4); "
+            "nbformat.validate(nb); print(sys.modules.get('rfc3987_syntax'), 'jsonschema._format' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.split() == ["None", "True"]
