@@ -13,7 +13,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Mapping
+from typing import Annotated, Any, ClassVar, Mapping
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -166,6 +166,9 @@ class StageConfig(BaseModel):
     device: str
     #: torch intra-op CPU threads for the stage: an integer >= 1, or "auto" (see ``resolve_threads``)
     threads: int | str
+    #: whether the stage computes with torch: ``from_namespace`` applies ``threads`` to torch (a plot stage's
+    #: config says False, and its notebook loads no torch: 1.1 s of every plot stage on a 2-core Xeon)
+    computes: ClassVar[bool] = True
 
     @field_validator("threads", mode="before")
     @classmethod
@@ -180,7 +183,8 @@ class StageConfig(BaseModel):
         from .device import resolve_device
         if v not in DEVICES and not v.startswith("cuda:"):
             raise ValueError(f"must be one of {DEVICES} (or cuda:N), got {short_repr(v)}")
-        resolve_device(v)  # cuda without a GPU is an error now, not mid-run
+        if v.startswith("cuda"):  # auto and cpu always resolve (and need no torch: a plot stage loads none)
+            resolve_device(v)  # cuda without a GPU is an error now, not mid-run
         return v
 
     def memory_estimate(self) -> tuple[int, str]:
@@ -215,8 +219,8 @@ class StageConfig(BaseModel):
     @classmethod
     def from_namespace(cls, namespace: Mapping[str, Any]) -> "StageConfig":
         """The config a notebook runs, from its globals() (its parameters cell), and apply the stage's
-        thread setting (``torch.set_num_threads``): every notebook builds its config this way, so
-        interactive runs and ``dvc repro`` use the same values and threads.
+        thread setting (``torch.set_num_threads``, when the stage ``computes``): every notebook builds its
+        config this way, so interactive runs and ``dvc repro`` use the same values and threads.
 
         With ``profile`` in the namespace (every notebook's parameters cell names ``stage`` and
         ``profile``), the values are params.yaml's for that stage and profile (``stage_values``; the
@@ -231,8 +235,9 @@ class StageConfig(BaseModel):
         else:
             values = {k: namespace[k] for k in cls.model_fields if k in namespace}
         cfg = cls.build(values)
-        import torch
-        torch.set_num_threads(resolve_threads(cfg.threads))
+        if cls.computes:
+            import torch
+            torch.set_num_threads(resolve_threads(cfg.threads))
         return cfg
 
 

@@ -26,6 +26,7 @@ CONTEXTS = ("paper", "notebook", "talk", "poster")
 class FigureConfig(StageConfig):
     """A plot stage's settings (params.yaml ``figures``): it reads its source stage's results folder
     (``results_dir``) and writes figures into ``figures_dir``."""
+    computes = False  # it reads results files and draws: no torch
     context: Literal[CONTEXTS]
     font_scale: float = Field(gt=0, le=4)
     dpi: int = Field(ge=50, le=600)

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 import pandas as pd
-import torch
 
 from . import __version__
 from .io import write_csv, write_json
@@ -62,6 +61,9 @@ def table_records(table: pd.DataFrame) -> dict:
 
 
 def environment() -> dict:
+    """What ran a compute stage, for run.json (torch imported here: a plot notebook reads results, no torch)."""
+    import torch
+
     return {"pflkit": __version__, "torch": torch.__version__, "python": platform.python_version(),
             "machine": platform.machine(), "threads": torch.get_num_threads()}
 

@@ -3,6 +3,8 @@ pflkit.figures, matplotlib, seaborn), every plot stage draws from its source sta
 the drawing helpers of pflkit.figures draw what the tables hold."""
 import ast
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -73,6 +75,22 @@ def test_the_figure_modules_import_no_compute_module():
                     if isinstance(n, ast.ImportFrom) and n.module}
         assert not {m for m in imported if "experiments" in m}, (module, imported)
 
+
+
+def test_a_plot_notebook_and_its_runner_load_no_torch():
+    """Every plot notebook's imports and its config (``FigureConfig.from_namespace``, device auto, threads applied
+    only where a stage computes), and the stage runner's validation of a plot stage, leave torch unloaded: 1.1 s of
+    every plot stage's kernel and runner (a fresh process each)."""
+    imports = sorted({ast.unparse(n) for s in PLOT for n in ast.walk(ast.parse((ROOT / s.notebook).read_text()))
+                      if isinstance(n, (ast.Import, ast.ImportFrom))})
+    code = "\n".join(["import sys", *imports,
+                      "from pflkit.config import load_params, validate_stage",
+                      "cfg = plotting.FigureConfig.from_namespace({'stage': 'charles_fig1_plot', 'profile': 'default'})",
+                      "validate_stage(load_params('params.yaml'), 'charles_fig1_plot')",
+                      "print(cfg.device, cfg.computes, sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["auto", "False", "[]"], out.stdout
 
 # ------------------------------------------------------------------------------------ the helpers
 def test_speedup_map_draws_the_heatmap_table_as_its_grid():
