@@ -85,7 +85,7 @@ def test_a_plot_notebook_and_its_runner_load_no_torch():
                       if isinstance(n, (ast.Import, ast.ImportFrom))})
     code = "\n".join(["import sys", *imports,
                       "from pflkit.config import load_params, validate_stage",
-                      "cfg = plotting.FigureConfig.from_namespace({'stage': 'charles_fig1_plot', 'profile': 'default'})",
+                      "cfg = plotting.FigureConfig.from_namespace(dict(stage='charles_fig1_plot', profile='default'))",
                       "validate_stage(load_params('params.yaml'), 'charles_fig1_plot')",
                       "print(cfg.device, cfg.computes, sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"])
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
