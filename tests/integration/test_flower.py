@@ -111,11 +111,14 @@ def test_deployment_reproduces_fedavg_and_perm_and_leaves_no_process(tmp_path):
     """With TLS and SuperNode authentication (the default): an unregistered SuperNode is refused, and the run
     reproduces in-process; nothing is left running afterwards."""
     dep = Deployment(DATA["num_clients"], tmp_path / "dep")
+    specs = _specs()
+    dep.hold_data(specs[0].federation(), specs[0].federation_key())  # each SuperNode reads its own partition file
     with dep:
+        assert "data-path=" in " ".join(dep.procs["supernode-1"].args)
         link_args = dep.procs["superlink"].args
         assert {"--enable-supernode-auth", "--ssl-certfile"} <= set(link_args) and "--insecure" not in link_args
         _intruder_is_refused(dep, tmp_path)
-        handle = dep.submit(_specs())
+        handle = dep.submit(specs)
         results = handle.wait(600)
         pids = dep.pids()
         groups = [p.pid for p in dep.procs.values()]

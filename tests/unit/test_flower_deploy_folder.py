@@ -20,6 +20,9 @@ class FakeDeployment:
         self.leftover, self.started_seconds, self.fail = [], 0.1, False
         FakeDeployment.made.append(self.workdir)
 
+    def hold_data(self, whole, key):
+        self.held = (whole.num_clients, key)
+
     def __enter__(self):
         return self
 
@@ -35,6 +38,9 @@ class FakeDeployment:
 class Spec:
     def federation(self):
         return type("F", (), {"num_clients": 3})()
+
+    def federation_key(self):
+        return "the federation"
 
 
 @pytest.fixture

@@ -1,6 +1,8 @@
 """The federated protocol of pflkit.flower without Flower: every method's server (its state, its draws,
 its round cut into passes) and one-client ``FederatedClient`` objects reproduce the batched in-process
 run (``runner.run``), round by round; the pieces fail clearly on bad input."""
+from dataclasses import fields
+
 import pytest
 import torch
 
@@ -10,7 +12,7 @@ from pflkit.algorithms import (MAML, PERM, FedAvg, Local, LocalizedFedAvg, PerFe
                                fomaml)
 from pflkit.data import perm_synthetic
 from pflkit.engine import FunctionalModel
-from pflkit.flower.client import FederatedClient, Job, one_client, replaying
+from pflkit.flower.client import FederatedClient, Job, one_client, read_partition, replaying, write_partitions
 from pflkit.flower.loopback import run_loopback
 from pflkit.flower.server import drive, make_server, sizes_only
 from pflkit.flower.spec import RunSpec, settings_of
@@ -95,6 +97,38 @@ def test_the_server_sees_sizes_only_and_each_client_its_own_rows():
         assert job.config["step"] == "visiting_steps" and job.arrays["extra.lr"].shape == (1,)
         assert job.arrays["draw.0"].dtype == torch.int16 and job.arrays["draw.0"].shape == (3, 1, 4)
         assert 0 <= int(job.arrays["draw.0"].min()) and int(job.arrays["draw.0"].max()) < 21
+
+
+def test_a_client_reading_its_partition_file_is_the_client_that_rebuilds_the_federation(tmp_path):
+    """A deployment's SuperNode holds its own partition (``write_partitions``; ``data-path`` in its node config):
+    the client read from that file has the rebuilt client's data, field by field, and runs a job to the same
+    reply, bit for bit; a file of another federation or partition is refused."""
+    data = perm_synthetic(**DATA)
+    spec = _spec(METHODS["fedavg"](_model()))
+    paths = write_partitions(data, spec.federation_key(), tmp_path)
+    assert [p.name for p in paths] == [f"partition-{j}.pt" for j in range(DATA["num_clients"])]
+    for j, path in enumerate(paths):
+        rebuilt = FederatedClient(spec, j, data)
+        read = FederatedClient(spec, j, own=read_partition(path, spec.federation_key(), j))
+        assert read.info() == rebuilt.info() and read.num_clients == DATA["num_clients"]
+        for f in (f for f in fields(rebuilt.data) if not f.name.startswith("_")):
+            a, b = getattr(read.data, f.name), getattr(rebuilt.data, f.name)
+            assert torch.equal(a, b) if isinstance(b, torch.Tensor) else a == b, f.name
+    record = torch.load(paths[1], weights_only=True)  # its own rows only, not a view of the federation's storage
+    assert all(t.untyped_storage().nbytes() == t.nbytes for t in (*record["train"], *record["test"]))
+    server = make_server(spec, [FederatedClient(spec, j, data).info() for j in range(DATA["num_clients"])])
+    drive(server.start(), lambda jobs: {})
+    job = next(iter(next(server.round()).items()))
+    client, one = job
+    replies = [FederatedClient(spec, client, data).run(one),
+               FederatedClient(spec, client, own=read_partition(paths[client], spec.federation_key(), client)).run(one)]
+    assert replies[0].arrays.keys() == replies[1].arrays.keys()
+    assert all(torch.equal(replies[0].arrays[k], replies[1].arrays[k]) for k in replies[0].arrays)
+    other = _spec(METHODS["fedavg"](_model()), batch_order="shuffled").federation_key()
+    with pytest.raises(ValueError, match="holds partition 0 of another federation"):
+        read_partition(paths[0], other, 0)
+    with pytest.raises(ValueError, match="holds partition 0 of another federation than this run's partition 1"):
+        read_partition(paths[0], spec.federation_key(), 1)
 
 
 def test_sizes_only_needs_one_client_per_partition():

@@ -31,7 +31,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
 
-from .client import DRAW, EVALUATE, MODEL, TRAIN, FederatedClient, Job, Reply
+from .client import DRAW, EVALUATE, MODEL, TRAIN, FederatedClient, Job, Reply, read_partition
 from .server import FederatedServer, FederationError, Pass, Replies, drive, evaluation_due, make_server
 from .spec import RunSpec, specs_from_json
 
@@ -113,14 +113,19 @@ def _federation(specs_json: str):
 
 
 @lru_cache(maxsize=256)
-def _client(specs_json: str, index: int, partition: int) -> FederatedClient:
+def _client(specs_json: str, index: int, partition: int, data_path: str | None = None) -> FederatedClient:
     torch.set_num_threads(1)
-    return FederatedClient(specs_from_json(specs_json)[index], partition, _federation(specs_json))
+    spec = specs_from_json(specs_json)[index]
+    if data_path is None:
+        return FederatedClient(spec, partition, _federation(specs_json))
+    return FederatedClient(spec, partition, own=read_partition(data_path, spec.federation_key(), partition))
 
 
 def client_app(specs_json: str | None = None) -> ClientApp:
     """The ClientApp: its specs are ``specs_json`` or the run config's ``specs``; its partition the node
-    config's ``partition-id`` (set by the simulation engine, or ``flower-supernode --node-config``)."""
+    config's ``partition-id`` (set by the simulation engine, or ``flower-supernode --node-config``), its data
+    the node config's ``data-path`` (a file of ``client.write_partitions``: the deployment's SuperNodes each hold
+    theirs) or, without one, its partition of the federation the spec rebuilds."""
     app = ClientApp()
 
     def client(context: Context, index: int) -> FederatedClient:
@@ -128,7 +133,8 @@ def client_app(specs_json: str | None = None) -> ClientApp:
         if "partition-id" not in context.node_config:
             raise FederationError("this SuperNode has no partition-id in its node config "
                                   "(flower-supernode --node-config 'partition-id=J num-partitions=N')")
-        return _client(text, index, int(context.node_config["partition-id"]))
+        path = context.node_config.get("data-path")
+        return _client(text, index, int(context.node_config["partition-id"]), None if path is None else str(path))
 
     @app.query("info")
     def info(message: Message, context: Context) -> Message:

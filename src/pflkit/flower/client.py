@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -90,6 +91,33 @@ def one_client(data: FederatedDataset, j: int) -> FederatedDataset:
                                                data.name, data.paper_dataset).with_batch_order(data.batch_order)
 
 
+def write_partitions(whole: FederatedDataset, key: str, folder: Path) -> list[Path]:
+    """One file per client of ``whole`` in ``folder`` (``partition-<j>.pt``: its train and test rows, what it
+    needs to know of the federation, and ``key``, the federation's identity): the data a SuperNode holds."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for j in range(whole.num_clients):
+        rows = {split: tuple(t.clone() for t in whole.client(j, split)) for split in ("train", "test")}  # not views:
+        record = {"key": key, "partition": j, "num_clients": whole.num_clients, **rows,  # a view saves it all
+                  "num_classes": whole.num_classes, "name": whole.name, "paper_dataset": whole.paper_dataset,
+                  "batch_order": whole.batch_order}
+        paths.append(folder / f"partition-{j}.pt")
+        torch.save(record, paths[-1])
+    return paths
+
+
+def read_partition(path: str | Path, key: str, partition: int) -> tuple[FederatedDataset, int]:
+    """The one-client dataset in ``path`` (``write_partitions``) and the federation's number of clients, after
+    checking that the file holds ``partition`` of the federation ``key`` names."""
+    record = torch.load(path, weights_only=True)
+    if record["key"] != key or record["partition"] != partition:
+        raise ValueError(f"{path} holds partition {record['partition']} of another federation than this run's "
+                         f"partition {partition} ({record['key']} vs {key})")
+    data = FederatedDataset.from_client_arrays([tuple(record["train"])], [tuple(record["test"])],
+                                               record["num_classes"], record["name"], record["paper_dataset"])
+    return data.with_batch_order(record["batch_order"]), int(record["num_clients"])
+
+
 def replaying(data: FederatedDataset, draws: list[Tensor]) -> ReplayedDraws:
     """``data`` (one client) replaying ``draws``; it shares the data's tensors and caches."""
     return ReplayedDraws(**{f.name: getattr(data, f.name) for f in fields(FederatedDataset)}, draws=list(draws))
@@ -99,11 +127,15 @@ def replaying(data: FederatedDataset, draws: list[Tensor]) -> ReplayedDraws:
 class FederatedClient:
     """Partition ``partition`` of the spec's federation, and the spec's algorithm built for it."""
 
-    def __init__(self, spec: RunSpec, partition: int, federation: FederatedDataset | None = None):
-        whole = spec.federation() if federation is None else federation
+    def __init__(self, spec: RunSpec, partition: int, federation: FederatedDataset | None = None,
+                 own: tuple[FederatedDataset, int] | None = None):
+        """``own``: the partition as a one-client dataset and the federation's number of clients (what
+        ``read_partition`` returns); else it is taken from ``federation`` (default: the spec's, rebuilt)."""
         self.spec, self.partition = spec, int(partition)
-        self.data = one_client(whole, self.partition)
-        self.num_clients = whole.num_clients
+        if own is None:
+            whole = spec.federation() if federation is None else federation
+            own = one_client(whole, self.partition), whole.num_clients
+        self.data, self.num_clients = own
         self.model = spec.functional_model(self.data.feature_shape, self.data.num_classes)
         self.algorithm = spec.algorithm(self.model)
 

@@ -19,6 +19,8 @@ The App Bundle is written per run into ``<workdir>/pflkit-app``: a pyproject.tom
 where pflkit is installed: nothing is installed at run time) and whose run config carries the
 ``RunSpec`` JSON and the results file the ServerApp writes. Flower's home (``FLWR_HOME``: its config
 with the connection to this SuperLink, installed apps) is ``<workdir>/flwr-home``, never ``~/.flwr``.
+``deploy`` gives every SuperNode its own data (``Deployment.hold_data``): client j's rows in
+``<workdir>/node-data/partition-<j>.pt``, named by ``data-path`` in the node's config.
 """
 from __future__ import annotations
 
@@ -35,6 +37,8 @@ import time
 from pathlib import Path
 
 from . import OFFLINE_ENV, require_flower
+from ..data.federated import FederatedDataset
+from .client import write_partitions
 from .credentials import Credentials, make_credentials
 from .spec import RunSpec, specs_to_json
 
@@ -134,6 +138,16 @@ class Deployment:
         self.leftover: list[int] = []  # PIDs still alive after the last stop()
         self._old_handlers: dict = {}
         self._reaper: subprocess.Popen | None = None
+        self.node_data: list[Path] | None = None  # node j's data file (hold_data), named in its node config
+
+    def hold_data(self, whole: FederatedDataset, key: str) -> None:
+        """Before ``start``: write each client's partition of ``whole`` (the federation ``key`` names) to
+        ``<workdir>/node-data/partition-<j>.pt`` and start SuperNode j with ``data-path`` naming its file, as a
+        real SuperNode holds its own data: its ClientApps read that file instead of rebuilding the federation
+        (every message, since each ClientApp is a new process)."""
+        if whole.num_clients != self.num_nodes:
+            raise ValueError(f"the federation has {whole.num_clients} clients for {self.num_nodes} SuperNodes")
+        self.node_data = write_partitions(whole, key, self.workdir / "node-data")
 
     # ------------------------------------------------------------------ processes
     def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen:
@@ -187,7 +201,8 @@ class Deployment:
                 self._spawn(f"supernode-{j}", [
                     *node, *node_security, "--superlink", f"127.0.0.1:{self.port}",
                     "--host", "127.0.0.1", "--port", str(ports[j + 1]),
-                    "--node-config", f"partition-id={j} num-partitions={self.num_nodes}"])
+                    "--node-config", f"partition-id={j} num-partitions={self.num_nodes}" + (
+                        "" if self.node_data is None else f" data-path={json.dumps(str(self.node_data[j]))}")])
             nodes = [p for n, p in self.procs.items() if n.startswith("supernode")]
             self._wait(lambda: all(_listening(ports[j + 1]) for j in range(self.num_nodes)),
                        "every SuperNode to start", nodes + [link])
@@ -401,8 +416,9 @@ def deploy(specs: list[RunSpec], workdir: str | Path | None = None, threads: int
     (``Deployment``); ``on_round(done, total)``: called as rounds finish (``Run.wait``); ``clientapps``: how
     ClientApps start (``CLIENTAPPS``)."""
     specs = [specs] if isinstance(specs, RunSpec) else list(specs)
-    dep = Deployment(specs[0].federation().num_clients, workdir, threads=threads, insecure=insecure,
-                     clientapps=clientapps)
+    whole = specs[0].federation()
+    dep = Deployment(whole.num_clients, workdir, threads=threads, insecure=insecure, clientapps=clientapps)
+    dep.hold_data(whole, specs[0].federation_key())
     remove = workdir is None and not keep
     print(f"Flower deployment: working folder {dep.workdir} (logs, Flower's home, the app; "
           f"{'removed at the end unless the run fails' if remove else 'kept'})", flush=True)

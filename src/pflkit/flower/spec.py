@@ -162,8 +162,13 @@ class RunSpec:
         return spec
 
     def federation(self) -> FederatedDataset:
-        """The whole federation (every client rebuilds it and keeps its own partition)."""
+        """The whole federation (a client without its own partition file rebuilds it and keeps its partition)."""
         return DATASETS[self.data["name"]](**self.data.get("kwargs", {})).with_batch_order(self.batch_order)
+
+    def federation_key(self) -> str:
+        """What names the federation (its data and batch order): a partition file written for another one is
+        refused."""
+        return json.dumps({"data": self.data, "batch_order": self.batch_order}, sort_keys=True)
 
     def functional_model(self, feature_shape: tuple[int, ...], num_classes: int) -> FunctionalModel:
         name, kwargs = self.model["name"], dict(self.model.get("kwargs", {}))
