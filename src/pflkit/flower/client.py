@@ -97,8 +97,9 @@ def write_partitions(whole: FederatedDataset, key: str, folder: Path) -> list[Pa
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for j in range(whole.num_clients):
-        rows = {split: tuple(t.clone() for t in whole.client(j, split)) for split in ("train", "test")}  # not views:
-        record = {"key": key, "partition": j, "num_clients": whole.num_clients, **rows,  # a view saves it all
+        # copies: torch.save of a view would write the whole federation's storage into every file
+        rows = {split: tuple(t.clone() for t in whole.client(j, split)) for split in ("train", "test")}
+        record = {"key": key, "partition": j, "num_clients": whole.num_clients, **rows,
                   "num_classes": whole.num_classes, "name": whole.name, "paper_dataset": whole.paper_dataset,
                   "batch_order": whole.batch_order}
         paths.append(folder / f"partition-{j}.pt")
