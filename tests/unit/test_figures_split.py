@@ -76,7 +76,6 @@ def test_the_figure_modules_import_no_compute_module():
         assert not {m for m in imported if "experiments" in m}, (module, imported)
 
 
-
 def test_a_plot_notebook_and_its_runner_load_no_torch():
     """Every plot notebook's imports and its config (``FigureConfig.from_namespace``, device auto, threads applied
     only where a stage computes), and the stage runner's validation of a plot stage, leave torch unloaded: 1.1 s of
@@ -91,6 +90,7 @@ def test_a_plot_notebook_and_its_runner_load_no_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["auto", "False", "[]"], out.stdout
+
 
 # ------------------------------------------------------------------------------------ the helpers
 def test_speedup_map_draws_the_heatmap_table_as_its_grid():

@@ -97,11 +97,10 @@ def write_partitions(whole: FederatedDataset, key: str, folder: Path) -> list[Pa
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for j in range(whole.num_clients):
-        # copies: torch.save of a view would write the whole federation's storage into every file
-        rows = {split: tuple(t.clone() for t in whole.client(j, split)) for split in ("train", "test")}
-        record = {"key": key, "partition": j, "num_clients": whole.num_clients, **rows,
-                  "num_classes": whole.num_classes, "name": whole.name, "paper_dataset": whole.paper_dataset,
-                  "batch_order": whole.batch_order}
+        own = one_client(whole, j)  # its rows copied (a view would save the whole federation's storage)
+        record = {"key": key, "partition": j, "num_clients": whole.num_clients, "train": (own.x_train, own.y_train),
+                  "test": (own.x_test, own.y_test), "num_classes": own.num_classes, "name": own.name,
+                  "paper_dataset": own.paper_dataset, "batch_order": own.batch_order}
         paths.append(folder / f"partition-{j}.pt")
         torch.save(record, paths[-1])
     return paths
