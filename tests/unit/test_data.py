@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from pflkit.data import FederatedDataset, classes_per_client, dirichlet, iid, partition, perm_synthetic
+from pflkit.data.draws import mix
 from pflkit.data.synthetic import perm_synthetic_arrays
 
 LABELS = np.repeat(np.arange(10), 100)
@@ -115,10 +116,14 @@ def test_shuffled_batches_are_passes_over_a_permutation_of_each_clients_rows():
 def test_batch_order_default_is_with_replacement_and_bad_orders_are_refused():
     data = _uneven_federation()
     assert data.batch_order == "replacement"
-    u = torch.rand(2, 3, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     clients = torch.tensor([[0, 1, 2], [0, 1, 2]])
-    sizes = data.train_sizes[clients].unsqueeze(-1)
-    want = data.train_offsets[clients].unsqueeze(-1) + torch.minimum((u * sizes).long(), sizes - 1)
+    # a run's generator gives the call's key; client c's two batches come from its own stream, seeded mix(key, c)
+    key = int(torch.randint(0, 2**62, (), generator=torch.Generator().manual_seed(1)))
+    want = torch.empty(2, 3, 4, dtype=torch.long)
+    for c in range(3):
+        u = torch.rand(2, 4, generator=torch.Generator().manual_seed(mix(key, c)), dtype=torch.float64)
+        n = int(data.train_sizes[c])
+        want[:, c] = int(data.train_offsets[c]) + torch.minimum((u * n).long(), torch.tensor(n - 1))
     assert torch.equal(data.sample_indices(clients, 4, torch.Generator().manual_seed(1)), want)
     with pytest.raises(ValueError, match=r"batch_order must be one of \('replacement', 'shuffled'\), got 'sorted'"):
         data.with_batch_order("sorted")

@@ -142,14 +142,16 @@ def _dropout_linear(d=10, p=0.3, classes=2):
 
 def test_train_grad_runs_dropout_with_one_mask_per_model():
     """With one sample per model the mask is readable off grad W (a dropped input gives a zero column);
-    recomputing each model's loss by hand with that mask gives the same gradient."""
+    recomputing each model's loss by hand with that mask gives the same gradient; a model's mask depends on its
+    own seed only."""
     n, d, p = 200, 10, 0.3
     model = FunctionalModel(lambda: _dropout_linear(d, p))
     assert model.dropout and model.module.training is False
     g = torch.Generator().manual_seed(0)
     params = {k: torch.randn(n, *v.shape, generator=g) for k, v in model.init(0).items()}
     x, y = torch.randn(n, 1, d, generator=g), torch.randint(0, 2, (n, 1), generator=g)
-    grads, losses = model.train_grad(params, x, y, seed=7)
+    seeds = torch.arange(n) + 7  # one per model
+    grads, losses = model.train_grad(params, x, y, seeds)
     assert model.module.training is False  # back in eval mode
     masks = grads["1.weight"].abs().sum(1) > 0  # [n, d]
     assert abs(1 - masks.float().mean().item() - p) < 0.04  # 2,000 draws: sd ~0.01
@@ -162,10 +164,12 @@ def test_train_grad_runs_dropout_with_one_mask_per_model():
         torch.testing.assert_close(grads["1.weight"][i], gw, atol=1e-6, rtol=1e-5)
         torch.testing.assert_close(grads["1.bias"][i], gb, atol=1e-6, rtol=1e-5)
         assert losses[i].item() == pytest.approx(loss.item(), rel=1e-5, abs=1e-6)
-    again, _ = model.train_grad(params, x, y, seed=7)
-    other, _ = model.train_grad(params, x, y, seed=8)
+    again, _ = model.train_grad(params, x, y, seeds)
+    other, _ = model.train_grad(params, x, y, seeds + n)
     assert torch.equal(again["1.weight"], grads["1.weight"])
     assert not torch.equal(other["1.weight"], grads["1.weight"])
+    half, _ = model.train_grad({k: v[::2] for k, v in params.items()}, x[::2], y[::2], seeds[::2])
+    assert torch.equal(half["1.weight"], grads["1.weight"][::2])
     eval_grads, _ = model.batched_grad(params, x, y)  # estimates and evaluation: no dropout
     assert (eval_grads["1.weight"].abs().sum(1) > 0).all()
 

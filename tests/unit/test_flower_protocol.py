@@ -12,11 +12,11 @@ from pflkit.algorithms import (MAML, PERM, FedAvg, Local, LocalizedFedAvg, PerFe
                                fomaml)
 from pflkit.data import perm_synthetic
 from pflkit.engine import FunctionalModel
-from pflkit.flower.client import FederatedClient, Job, one_client, read_partition, replaying, write_partitions
+from pflkit.flower.client import FederatedClient, Job, read_partition, write_partitions
 from pflkit.flower.loopback import run_loopback
 from pflkit.flower.server import drive, make_server, sizes_only
 from pflkit.flower.spec import RunSpec, settings_of
-from pflkit.models import logistic
+from pflkit.models import build, logistic
 from pflkit.runner import run
 
 DATA = dict(num_clients=5, samples_per_client=30, dim=4, test_fraction=0.3, seed=2)
@@ -78,6 +78,25 @@ def test_federated_run_reproduces_the_batched_engine(key):
     assert server.state.round == ROUNDS
 
 
+def test_a_model_with_dropout_runs_federated_and_reproduces_the_batched_engine():
+    """Dropout masks are per client too (drawn from the model's client stream): FedAvg of an MLP with dropout
+    over the protocol gives the in-process run's metrics and model (tolerances as above)."""
+    mlp = {"name": "mlp", "kwargs": {"hidden": [6], "dropout": 0.4}}
+    model = FunctionalModel(lambda: build("mlp", (DATA["dim"],), 2, hidden=(6,), dropout=0.4))
+    assert model.dropout
+    alg = METHODS["fedavg"](model)
+    keep = {}
+    want = run(alg, perm_synthetic(**DATA), ROUNDS, SEED, eval_every=2, keep=keep)
+    got, server = run_loopback(RunSpec.for_algorithm(alg, model=mlp, data={"name": "perm_synthetic", "kwargs": DATA},
+                                                     seed=SEED, rounds=ROUNDS, eval_every=2))
+    a, b = (h.set_index(["round", "metric"])["value"].sort_index() for h in (want, got))
+    torch.testing.assert_close(torch.tensor(b.values), torch.tensor(a.values), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(server.state.w, keep[(alg.name, SEED)].w, rtol=1e-5, atol=1e-6)
+    nodrop = METHODS["fedavg"](FunctionalModel(lambda: build("mlp", (DATA["dim"],), 2, hidden=(6,)), dropout=False))
+    off = run(nodrop, perm_synthetic(**DATA), ROUNDS, SEED, eval_every=2)
+    assert not off["value"].equals(want["value"])  # the masks took part
+
+
 def test_the_server_sees_sizes_only_and_each_client_its_own_rows():
     data = perm_synthetic(**DATA)
     clients = [FederatedClient(_spec(METHODS["perm"](_model())), j, data) for j in range(5)]
@@ -93,10 +112,10 @@ def test_the_server_sees_sizes_only_and_each_client_its_own_rows():
     drive(server.start(), lambda jobs: {})  # uniform alpha: no pass before round 1
     jobs = next(server.round())
     assert sorted(jobs) == list(range(5))
-    for job in jobs.values():
+    for job in jobs.values():  # its model, its step size and the pass's key: no rows (the client draws them)
         assert job.config["step"] == "visiting_steps" and job.arrays["extra.lr"].shape == (1,)
-        assert job.arrays["draw.0"].dtype == torch.int16 and job.arrays["draw.0"].shape == (3, 1, 4)
-        assert 0 <= int(job.arrays["draw.0"].min()) and int(job.arrays["draw.0"].max()) < 21
+        assert set(job.arrays) == {"extra.lr"} | {f"model.{k}" for k in clients[0].model.init(0)}
+    assert len({job.config["draws"] for job in jobs.values()}) == 1
 
 
 def test_a_client_reading_its_partition_file_is_the_client_that_rebuilds_the_federation(tmp_path):
@@ -137,20 +156,11 @@ def test_sizes_only_needs_one_client_per_partition():
         sizes_only(infos)
 
 
-def test_replayed_draws_check_their_shape_and_their_use():
-    data = one_client(perm_synthetic(**DATA), 1)
-    view = replaying(data, [torch.zeros(3, 1, 4, dtype=torch.int16)])
-    with pytest.raises(RuntimeError, match=r"server sent rows of shape \(3, 1, 4\), the client update asks for "
-                                           r"\(2, 1, 4\)"):
-        view.sample_indices(torch.zeros(2, 1, dtype=torch.long), 4, torch.Generator())
-    with pytest.raises(RuntimeError, match="did not send"):
-        replaying(data, []).sample_indices(torch.zeros(1, dtype=torch.long), 4, torch.Generator())
+def test_a_client_runs_only_its_methods_steps():
     client = FederatedClient(_spec(METHODS["fedavg"](_model())), 0)
     w = {f"model.{k}": v.unsqueeze(0) for k, v in client.model.init(0).items()}
-    extra = {"draw.0": torch.zeros(3, 1, 4, dtype=torch.int16), "draw.1": torch.zeros(3, 1, 4, dtype=torch.int16)}
-    config = {"kind": "train", "step": "local_models", "shared": True, "models": 1, "round": 1, "seed": 0}
-    with pytest.raises(RuntimeError, match="1 of the rows the server sent were not used"):
-        client.run(Job({**w, **extra}, config))
+    config = {"kind": "train", "step": "local_models", "shared": True, "models": 1, "draws": 7, "round": 1, "seed": 0}
+    assert client.run(Job(w, config)).arrays.keys() == w.keys()
     with pytest.raises(ValueError, match=r"step one of FedAvg's client steps \('given', 'global_model', "
                                          r"'local_models'\), got kind 'train', step 'visiting_steps'"):
         client.run(Job(w, {**config, "step": "visiting_steps"}))  # a method's own steps only
@@ -179,9 +189,6 @@ def test_spec_rebuilds_the_algorithm_and_rejects_what_it_cannot_run():
         RunSpec("SCAFFOLD", {}, {"name": "logistic"}, {"name": "perm_synthetic"}, 0, 1)
     with pytest.raises(ValueError, match="method 'reference.methods:Nope' cannot be imported here"):
         RunSpec("reference.methods:Nope", {}, {"name": "logistic"}, {"name": "perm_synthetic"}, 0, 1)
-    dropout = RunSpec("FedAvg", {}, {"name": "femnist_cnn"}, {"name": "perm_synthetic"}, 0, 1)
-    with pytest.raises(ValueError, match="model 'femnist_cnn' has dropout layers"):
-        dropout.functional_model((1, 28, 28), 62)
     with pytest.raises(ValueError, match=r"model.name must be one of"):
         RunSpec("FedAvg", {}, {"name": "transformer"}, {"name": "perm_synthetic"}, 0, 1)
     with pytest.raises(ValueError, match=r"data.name must be one of \['perm_synthetic'\], got 'cifar'"):

@@ -24,6 +24,7 @@ from torch import Tensor
 from collections.abc import Generator
 from dataclasses import dataclass, field
 
+from ..data.draws import ClientDraws, as_draws
 from ..data.federated import FederatedDataset
 from ..engine.local_sgd import local_sgd
 from ..engine.params import Params, apply_masks, broadcast, mean
@@ -107,21 +108,26 @@ class Pass:
     algorithm's client step ``step`` there and comes back.
 
     ``step``: the name of one of the algorithm's ``client_steps``, a method
-    ``step(models, data, clients, generator, extra) -> Params`` (outputs stacked [M, ..] in the order of
+    ``step(models, data, clients, draws, extra) -> Params`` (outputs stacked [M, ..] in the order of
     ``clients``); ``clients`` [M] (a client may host several models); ``models``: stacked [M, ..], or with
     ``shared`` one model every client starts from; ``extra``: per-model tensors [M, ..] (e.g. step sizes);
-    ``generator``: where the step's minibatch rows come from, in ONE ``data.sample_indices(schedule,
-    batch_size, generator)`` call (``schedule``: client axis last; None or batch_size None: no draw), so a
-    federated server can draw them and send each client its rows."""
+    ``draws``: the pass's per-client random streams (``data.draws.ClientDraws``; given the run's generator,
+    one key is drawn from it here), from which every client draws its own minibatch rows and dropout
+    masks, so a federated client needs only the key. ``schedule`` (client axis last) and ``batch_size``
+    say what the step draws: None, nothing (no key is drawn and the streams refuse to be read)."""
 
     step: str
     clients: Tensor
     models: Params
-    generator: torch.Generator
+    draws: ClientDraws | torch.Generator
     schedule: Tensor | None = None
     batch_size: int | None = None
     shared: bool = False
     extra: dict[str, Tensor] = field(default_factory=dict)
+
+    def __post_init__(self):  # a key from the run's stream only for a pass that draws
+        draws = self.schedule is not None and self.batch_size is not None
+        self.draws = as_draws(self.draws) if draws else ClientDraws(ClientDraws.NONE)
 
 
 Passes = Generator[Pass, Params, object]
@@ -151,7 +157,7 @@ def run_step(algorithm, p: Pass, data: FederatedDataset) -> Params:
     """The pass's client step for all its clients at once (in this process, on the whole federation)."""
     if p.step not in algorithm.client_steps:
         raise ValueError(f"{type(algorithm).__name__} has client steps {algorithm.client_steps}, got {p.step!r}")
-    return getattr(algorithm, p.step)(p.models, data, p.clients, p.generator, p.extra)
+    return getattr(algorithm, p.step)(p.models, data, p.clients, p.draws, p.extra)
 
 
 def run_passes(algorithm, passes: Passes, data: FederatedDataset):

@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .draws import ClientDraws, as_draws
+
 
 BATCH_ORDERS = ("replacement", "shuffled")
 #: size buckets (``FederatedDataset.size_buckets``): clients are grouped by the smallest width
@@ -193,51 +195,55 @@ class FederatedDataset:
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
 
     # ----------------------------------------------------------------- sampling
-    def sample_indices(self, clients: Tensor, batch_size: int, generator: torch.Generator) -> Tensor:
-        """Minibatch indices into ``x_train``, drawn as ``batch_order`` says.
+    def sample_indices(self, clients: Tensor, batch_size: int, generator: torch.Generator | ClientDraws) -> Tensor:
+        """Minibatch indices into ``x_train``, drawn as ``batch_order`` says, each client from its own stream.
 
-        ``clients`` is any integer tensor of client ids (e.g. [steps, models]); the result has shape
-        ``clients.shape + (batch_size,)`` and lives on the data's device. Draws use ``generator``
-        (a CPU generator), so they are identical on every device.
+        ``clients`` is any integer tensor of client ids whose last axis is the models (e.g. [steps, models]).
+        The result has shape ``clients.shape + (batch_size,)`` and lives on the data's device. Client c's
+        rows come from ``generator``'s stream for c (``data.draws.ClientDraws``; a ``torch.Generator`` is a
+        run's stream, from which the call's key is drawn), on the CPU, in an order that depends only on c's
+        own entries: the same rows alone, inside any batch and on every device.
 
-        - "replacement": every row uniform over the client's rows, independently.
-        - "shuffled": the first dimension is the step; along it each column (a model on its client)
-          reads its client's rows in the order of a fresh random permutation, batch after batch, and
-          starts a new permutation when one is used up (epochs of shuffled passes, as a shuffling
-          data loader). A 1-D ``clients`` is one batch per entry (rows without replacement when the
-          client has at least ``batch_size`` of them). Every column must stay on one client.
+        - "replacement": every row uniform over the client's rows, independently (c's entries of
+          ``clients`` in row-major order).
+        - "shuffled": along the steps each model reads its client's rows in the order of a fresh random
+          permutation, batch after batch, and starts a new permutation when one is used up (epochs of
+          shuffled passes, as a shuffling data loader). Every model (column) stays on one client. A 1-D
+          ``clients`` is one batch per model (rows without replacement when the client has at least
+          ``batch_size`` of them).
         """
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
         clients = torch.as_tensor(clients, dtype=torch.long).cpu()
-        if self.batch_order == "shuffled":
-            local = self._shuffled_rows(clients.unsqueeze(0) if clients.dim() == 1 else clients, batch_size,
-                                        generator)
+        if clients.numel() == 0:
+            return torch.empty(*clients.shape, batch_size, dtype=torch.long, device=self.device)
+        draws = as_draws(generator)
+        if self.batch_order == "replacement":  # client c's entries, in row-major order: [n_c, B] from its stream
+            local = draws.per_column(clients.reshape(-1), lambda g, c, m: self._uniform_rows(c, m, batch_size, g))
             local = local.reshape(*clients.shape, batch_size)
-            return (self.train_offsets[clients].unsqueeze(-1) + local).to(self.device)
-        sizes = self.train_sizes[clients].unsqueeze(-1)
-        u = torch.rand(*clients.shape, batch_size, generator=generator, dtype=torch.float64)
-        local = u.mul_(sizes).long()  # in place where it can: the values of min((u * n).long(), n - 1) + offset
-        local = torch.minimum(local, sizes - 1, out=local)
-        return local.add_(self.train_offsets[clients].unsqueeze(-1)).to(self.device)
+        else:
+            cols = clients.reshape(-1, clients.shape[-1])  # [steps, models]
+            if not bool((cols == cols[:1]).all()):
+                raise ValueError("batch_order='shuffled' needs every model to stay on one client within a call "
+                                 "(a [steps, N] schedule whose columns change client)")
+            rows = draws.per_column(cols[0], lambda g, c, m: self._shuffled_rows(int(self.train_sizes[c]), m,
+                                                                                len(cols), batch_size, g))
+            local = rows.transpose(0, 1).reshape(*clients.shape, batch_size)
+        return (self.train_offsets[clients].unsqueeze(-1) + local).to(self.device)
 
-    def _shuffled_rows(self, clients: Tensor, batch_size: int, generator: torch.Generator) -> Tensor:
-        """Client-local row numbers [S, ..., B] for ``clients`` [S, ...]: shuffled passes per column."""
-        steps = clients.shape[0]
-        cols = clients.reshape(steps, -1)
-        if not bool((cols == cols[:1]).all()):
-            raise ValueError("batch_order='shuffled' needs every model to stay on one client within a call "
-                             "(a [steps, N] schedule whose columns change client)")
-        sizes = self.train_sizes[cols[0]]  # [C]
+    def _uniform_rows(self, client: int, m: int, batch_size: int, generator: torch.Generator) -> Tensor:
+        """Row numbers [m, B] of client ``client``, each uniform over its rows."""
+        n = int(self.train_sizes[client])
+        u = torch.rand(m, batch_size, generator=generator, dtype=torch.float64)
+        return torch.minimum(u.mul_(n).long(), torch.tensor(n - 1))
+
+    @staticmethod
+    def _shuffled_rows(n: int, m: int, steps: int, batch_size: int, generator: torch.Generator) -> Tensor:
+        """Row numbers [m, steps, B] of m models on one client of n rows: shuffled passes, one after another."""
         total = steps * batch_size
-        passes = -(-total // int(sizes.min()))
-        width = int(sizes.max())
-        keys = torch.rand(cols.shape[1], passes, width, generator=generator, dtype=torch.float64)
-        keys = keys.masked_fill(torch.arange(width) >= sizes[:, None, None], 2.0)  # padding sorts last
-        perm = keys.argsort(-1)  # [C, passes, width]: each pass starts with a permutation of the client's rows
-        t = torch.arange(total)
-        rows = perm[torch.arange(cols.shape[1])[:, None], t[None, :] // sizes[:, None], t[None, :] % sizes[:, None]]
-        return rows.reshape(-1, steps, batch_size).transpose(0, 1)  # [S, C, B]
+        passes = -(-total // n)
+        perm = torch.rand(m, passes, n, generator=generator, dtype=torch.float64).argsort(-1)
+        return perm.reshape(m, passes * n)[:, :total].reshape(m, steps, batch_size)
 
     def padded(self, split: str = "test") -> tuple[Tensor, Tensor, Tensor]:
         """All clients' ``split`` data as [N, max_n, ...] with a boolean mask [N, max_n] (cached)."""

@@ -32,7 +32,8 @@ class FunctionalModel:
 
     The module stays in eval mode: evaluation and every gradient used for estimates (PERM's alpha,
     full-batch gradients) see no dropout. Minibatch training steps (``engine.local_sgd``) call
-    ``train_grad``, which runs dropout layers as in training, unless ``dropout=False``.
+    ``train_grad``, which applies dropout masks drawn for each model from its own seed (the same masks
+    whatever else is in the batch), unless ``dropout=False``.
 
     ``fast_steps`` (default True): ``local_sgd``'s plain SGD steps on a dense stacked network, or on a CNN
     (Conv2d / ReLU / MaxPool2d, Flatten, Linear / ReLU: ``models.cnn``), run K at a time (``sgd_steps``,
@@ -57,10 +58,17 @@ class FunctionalModel:
         self.fast_steps = fast_steps
         self._activation_bytes: dict = {}
         self.device = torch.device(device)
-        # dropout layers are active in training steps (train_grad) and off everywhere else
-        self.dropout = dropout and any(isinstance(m, _DropoutNd) for m in self.module.modules())
+        # dropout layers apply given masks in training steps (train_grad) and are off everywhere else
+        self._dropouts = [m for m in self.module.modules() if isinstance(m, _DropoutNd)] if dropout else []
+        for m in self._dropouts:
+            if type(m) is not nn.Dropout:
+                raise ValueError(f"per-model dropout masks support nn.Dropout layers, got {type(m).__name__}; "
+                                 "build the model with dropout=False to train without")
+            m.register_forward_hook(_apply_given_mask)
+        self.dropout = bool(self._dropouts)
+        self._dropout_shapes: dict[tuple, list[tuple]] = {}
         self._batched_grad = vmap(grad_and_value(self.loss))
-        self._batched_train_grad = vmap(grad_and_value(self.loss), randomness="different")
+        self._batched_train_grad = vmap(grad_and_value(self._loss_with_masks))
         self._batched_eval = vmap(self._masked_stats)
         self._batched_masked_grad = vmap(grad_and_value(self._masked_loss))
         # a subclass that redefines the loss or the forward pass keeps the vmap path
@@ -102,20 +110,48 @@ class FunctionalModel:
             return self.stacked.grad(params, x, y)
         return self._batched_grad(params, x, y)
 
-    def train_grad(self, params: Params, x: Tensor, y: Tensor, seed: int) -> tuple[Params, Tensor]:
-        """``batched_grad`` of a training step: dropout layers active (module in train mode), an
-        independent mask per model and sample, all drawn from ``seed`` (the global RNG is left as it
-        was). The same as ``batched_grad`` for a model without dropout or built with dropout=False."""
+    def train_grad(self, params: Params, x: Tensor, y: Tensor, seeds: Tensor) -> tuple[Params, Tensor]:
+        """``batched_grad`` of a training step: every dropout layer multiplies by its mask, model i's drawn
+        from ``seeds[i]`` alone (``dropout_masks``). The same as ``batched_grad`` for a model without dropout
+        or built with dropout=False."""
         if not self.dropout:
             return self.batched_grad(params, x, y)
-        devices = [self.device.index or 0] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(seed)
-            self.module.train()
+        return self._batched_train_grad(params, x, y, self.dropout_masks(x, seeds))
+
+    def dropout_masks(self, x: Tensor, seeds: Tensor) -> list[Tensor]:
+        """Per dropout layer, the masks [N, B, *its input] for the batches ``x`` [N, B, ..]: model i's from a
+        generator seeded with ``seeds[i]`` (each unit kept with probability 1 - p, scaled by 1 / (1 - p))."""
+        key = tuple(x.shape[2:])
+        if key not in self._dropout_shapes:  # the layers' input shapes, from one sample through the template
+            seen = {}
+
+            def probe(mod, inputs, output):  # records, returns None: the output stays
+                seen.setdefault(id(mod), tuple(inputs[0].shape[1:]))
+
+            probes = [m.register_forward_hook(probe) for m in self._dropouts]
             try:
-                return self._batched_train_grad(params, x, y)
+                with torch.no_grad():
+                    self.module(x[0, :1])
             finally:
-                self.module.eval()
+                for h in probes:
+                    h.remove()
+            self._dropout_shapes[key] = [seen[id(m)] for m in self._dropouts]
+        shapes, batch = self._dropout_shapes[key], x.shape[1]
+        masks = []
+        for seed in torch.as_tensor(seeds).tolist():
+            g = torch.Generator(device=self.device).manual_seed(seed)
+            masks.append([(torch.rand(batch, *shape, generator=g, device=self.device) >= m.p).float()
+                          * (0.0 if m.p >= 1 else 1.0 / (1.0 - m.p)) for shape, m in zip(shapes, self._dropouts)])
+        return [torch.stack(layer) for layer in zip(*masks)]
+
+    def _loss_with_masks(self, params: Params, x: Tensor, y: Tensor, masks: list[Tensor]) -> Tensor:
+        for layer, mask in zip(self._dropouts, masks):
+            layer.given_mask = mask
+        try:
+            return self.loss(params, x, y)
+        finally:
+            for layer in self._dropouts:
+                layer.given_mask = None
 
     def sgd_step_(self, params: Params, x: Tensor, y: Tensor, lr: Tensor) -> Tensor:
         """In place: params_i <- params_i - lr_i * grad of model i's mean loss on (x_i, y_i).
@@ -196,3 +232,10 @@ class FunctionalModel:
                     h.remove()
             self._activation_bytes[key] = int(sum(total))
         return self._activation_bytes[key]
+
+
+def _apply_given_mask(module: nn.Module, inputs: tuple, output: Tensor) -> Tensor:
+    """A dropout layer's forward hook: its input times the mask ``train_grad`` gave it (the layer is in eval
+    mode, so its own output is its input), or its output as is when none was given."""
+    mask = getattr(module, "given_mask", None)
+    return output if mask is None else inputs[0] * mask

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..data.draws import as_draws
 from ..data.federated import FederatedDataset
 from .functional import FunctionalModel
 from .full_batch import over_buckets, rows_per_call
@@ -58,7 +59,7 @@ def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, cl
     ``batch_size=None`` uses each client's whole train split at every step (exact local GD, over the
     real rows: masked calls per size bucket, of bounded rows, ``engine.full_batch``); no random draws are
     made then, and dropout layers stay off. Minibatch steps run a model's dropout layers
-    (``FunctionalModel.train_grad``) with one mask seed per step drawn from ``generator``; plain SGD
+    (``FunctionalModel.train_grad``) with one mask seed per model and step from its client's stream; plain SGD
     steps of a dense stacked network run all K at once (``FunctionalModel.sgd_steps``).
     Returns the new parameters and the minibatch losses [steps, N] (before each step). With
     ``grad_weights`` (theta, shape [steps, 1] or [steps, N]) it also returns sum_s theta_s g_s per model
@@ -68,10 +69,11 @@ def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, cl
     n, schedule, lrs = _checked_arguments(params, clients, steps, lr, data.device, prox, anchor, masks)
     full = batch_size is None
     if not full:
-        idx = data.sample_indices(schedule, batch_size, generator)  # [steps, N, B]
-    dropout = bool(getattr(model, "dropout", False)) and not full
-    if dropout:  # one seed per step for the dropout masks, drawn after the minibatches
-        seeds = torch.randint(0, 2**62, (steps,), generator=generator, device=generator.device).tolist()
+        draws = as_draws(generator)
+        idx = data.sample_indices(schedule, batch_size, draws)  # [steps, N, B]
+    dropout = bool(getattr(model, "dropout", False)) and not full and steps > 0
+    if dropout:  # every model's dropout seeds [N, steps], after the minibatches, from the stream of its first client
+        seeds = draws.per_column(schedule[0], lambda g, c, m: torch.randint(0, 2**62, (m, steps), generator=g))
     # plain SGD on graph-free tensors: the model applies the step itself (engine.stacked folds it into
     # the weight-gradient matmul, and runs all K steps in one call where it can); prox, grad_weights,
     # masks, dropout or differentiable inputs take the general path
@@ -104,7 +106,7 @@ def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, cl
             if fused:
                 losses[s] = model.sgd_step_(stacked, x, y, lrs[s])
                 continue
-            grads, loss = model.train_grad(stacked, x, y, seeds[s]) if dropout else model.batched_grad(stacked, x, y)
+            grads, loss = model.train_grad(stacked, x, y, seeds[:, s]) if dropout else model.batched_grad(stacked, x, y)
         losses[s] = loss
         g = [grads[k] for k in names]
         if mask_list is not None:  # m (.) g

@@ -1,6 +1,6 @@
 """pflkit's methods on a real federated engine: Flower (``pip install -e '.[flower]'``).
 
-One process is one client and only models (and the server's minibatch draws, below) travel. The
+One process is one client and only models (and a key per pass, below) travel. The
 in-process algorithm classes stay the single source of every method's math:
 
 * **One round, the algorithm's own.** Every method's round is a generator of passes
@@ -15,13 +15,11 @@ in-process algorithm classes stay the single source of every method's math:
 * **Failures.** A client that does not answer a pass stops the run with an error naming it, the round
   and the pass, unless ``RunSpec.min_clients`` lets a method that ``tolerates_missing`` go on without it;
   the server records who answered every pass (``participation``) and the loopback replays it.
-* **Same draws, same result.** The batched engine draws every minibatch of a round at once from the
-  state's CPU generator (``FederatedDataset.sample_indices``). The server owns that generator, makes the
-  same draws in the same order on a sizes-only view of the federation (``server.sizes_only``) and sends
-  every client its slice of rows with its model; the client replays them (``client.ReplayedDraws``,
-  a one-client dataset whose ``sample_indices`` returns the rows it was sent). So with the same seed a
-  federated run reproduces the in-process one (float32 rounding of one client alone vs inside the
-  batch aside).
+* **Same draws, same result.** Randomness is per client (``data.draws``): in every pass each client draws
+  its minibatch rows and dropout masks from its own stream, seeded from the pass's key (drawn by the server
+  from the run's generator) and its id. The server sends the key; the client draws alone exactly what it
+  draws inside the batch. So with the same seed a federated run reproduces the in-process one (float32
+  rounding of one client alone vs inside the batch aside).
 * **Transports.** A round is a Python generator of passes (``{client: Job}`` out, ``{client: Reply}``
   in), so the same server code runs over ``loopback`` (in one process, no Flower: tests),
   Flower's simulation engine (``simulation``, Ray) and its deployment engine (``deployment``: a

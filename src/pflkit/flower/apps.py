@@ -31,7 +31,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
 
-from .client import DRAW, EVALUATE, MODEL, TRAIN, FederatedClient, Job, Reply, read_partition
+from .client import EVALUATE, MODEL, TRAIN, FederatedClient, Job, Reply, read_partition
 from .server import FederatedServer, FederationError, Pass, Replies, drive, evaluation_due, make_server
 from .spec import RunSpec, specs_from_json
 
@@ -92,10 +92,10 @@ def reply_from(message: Message) -> Reply:
 
 
 def tensor_bytes(arrays: dict[str, torch.Tensor]) -> dict[str, int]:
-    """Tensor bytes of a job's or reply's models (and gradients), its minibatch draws and the rest."""
-    out = {"model": 0, "draws": 0, "other": 0}
+    """Tensor bytes of a job's or reply's models (and gradients), and the rest."""
+    out = {"model": 0, "other": 0}
     for k, v in arrays.items():
-        part = "model" if k.startswith(MODEL) else "draws" if k.startswith(DRAW) else "other"
+        part = "model" if k.startswith(MODEL) else "other"
         out[part] += v.numel() * v.element_size()
     return out
 
@@ -165,7 +165,7 @@ class Exchange:
 
     def messages(self, jobs: Pass, round_number: int) -> list[Message]:
         """One message per job, addressed to its client's node (the pass's bytes down are counted here)."""
-        out, down = [], {"flower": 0, "model": 0, "draws": 0, "other": 0}
+        out, down = [], {"flower": 0, "model": 0, "other": 0}
         for c, job in sorted(jobs.items()):
             content = job_content(Job(job.arrays, {**job.config, "run": self.run_index}))
             down["flower"] += flower_bytes(content)
@@ -180,7 +180,7 @@ class Exchange:
         """The replies to ``jobs`` by client (a client that sent none within the timeout is absent: the server
         decides whether the run goes on); a client whose ClientApp failed stops the run (FederationError)."""
         got: Replies = {}
-        up = {"flower": 0, "model": 0, "draws": 0, "other": 0}
+        up = {"flower": 0, "model": 0, "other": 0}
         kind = next(iter(jobs.values())).kind if jobs else ""
         for message in replies:
             c = self.client_of.get(message.metadata.src_node_id)

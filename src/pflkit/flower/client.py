@@ -2,18 +2,20 @@
 
 A ``Job`` is what the server sends one client in one pass (tensors + plain config), a ``Reply`` what the
 client sends back. ``FederatedClient.run`` executes a job with the same functions the batched engine
-calls for all clients at once, on a one-client dataset (``one_client``) that replays the minibatch rows
-the server drew (``ReplayedDraws``). Nothing here imports flwr.
+calls for all clients at once, on a one-client dataset (``one_client``), drawing its minibatch rows and
+dropout masks from its own stream of the pass (``data.draws.ClientDraws``: the pass's key and its partition),
+exactly as it draws them inside the batch. Nothing here imports flwr.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
+from ..data.draws import ClientDraws
 from ..data.federated import FederatedDataset
 from ..engine.params import Params
 from ..eval import evaluate
@@ -22,15 +24,15 @@ from .spec import RunSpec
 # job kinds: a training pass (its outputs go back to the server) or an evaluation (the client scores them)
 TRAIN, EVALUATE = "train", "evaluate"
 KINDS = (TRAIN, EVALUATE)
-MODEL, EXTRA, DRAW = "model.", "extra.", "draw."
+MODEL, EXTRA = "model.", "extra."
 
 
 @dataclass
 class Job:
     """One pass's work for one client: ``arrays`` (``model.<name>`` the models it starts from, stacked
-    [m, ..] or one shared model [1, ..]; ``extra.<name>`` per-model values [m, ..]; ``draw.<i>`` the rows of
-    the i-th ``sample_indices`` call) and ``config`` (plain values: ``kind``, ``step`` (the algorithm's
-    client step), ``shared``, ``models`` (m), ``round``, ``seed``)."""
+    [m, ..] or one shared model [1, ..]; ``extra.<name>`` per-model values [m, ..]) and ``config`` (plain
+    values: ``kind``, ``step`` (the algorithm's client step), ``shared``, ``models`` (m), ``draws`` (the
+    pass's key: ``ClientDraws``), ``round``, ``seed``)."""
 
     arrays: dict[str, Tensor]
     config: dict
@@ -55,32 +57,6 @@ def prefixed(prefix: str, params: Params) -> dict[str, Tensor]:
 
 def unprefixed(prefix: str, arrays: dict[str, Tensor]) -> Params:
     return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
-
-
-def draw_arrays(draws: list[Tensor]) -> dict[str, Tensor]:
-    return {f"{DRAW}{i}": d for i, d in enumerate(draws)}
-
-
-# --------------------------------------------------------------------------- one client's data
-@dataclass
-class ReplayedDraws(FederatedDataset):
-    """A one-client dataset whose ``sample_indices`` returns, call after call, the rows the server drew
-    (client-local row numbers, in the order the client code asks for them), after checking each has the
-    shape the call asks for: the same minibatches as the batched engine, without this client's
-    generator."""
-
-    draws: list = field(default_factory=list)
-
-    def sample_indices(self, clients: Tensor, batch_size: int, generator: torch.Generator) -> Tensor:
-        clients = torch.as_tensor(clients, dtype=torch.long).cpu()
-        want = (*clients.shape, batch_size)
-        if not self.draws:
-            raise RuntimeError(f"the client update asked for minibatch rows {want} the server did not send "
-                               "(its draws and the client code are out of step)")
-        rows = self.draws.pop(0).long()
-        if tuple(rows.shape) != want:
-            raise RuntimeError(f"the server sent rows of shape {tuple(rows.shape)}, the client update asks for {want}")
-        return (self.train_offsets[clients].unsqueeze(-1) + rows).to(self.device)
 
 
 def one_client(data: FederatedDataset, j: int) -> FederatedDataset:
@@ -118,11 +94,6 @@ def read_partition(path: str | Path, key: str, partition: int) -> tuple[Federate
     return data.with_batch_order(record["batch_order"]), int(record["num_clients"])
 
 
-def replaying(data: FederatedDataset, draws: list[Tensor]) -> ReplayedDraws:
-    """``data`` (one client) replaying ``draws``; it shares the data's tensors and caches."""
-    return ReplayedDraws(**{f.name: getattr(data, f.name) for f in fields(FederatedDataset)}, draws=list(draws))
-
-
 # --------------------------------------------------------------------------- the client
 class FederatedClient:
     """Partition ``partition`` of the spec's federation, and the spec's algorithm built for it."""
@@ -153,20 +124,14 @@ class FederatedClient:
         if kind not in KINDS or step not in alg.client_steps:
             raise ValueError(f"job kind must be one of {KINDS} and step one of {type(alg).__name__}'s client steps "
                              f"{alg.client_steps}, got kind {kind!r}, step {step!r}")
-        draws = [job.arrays[k] for k in sorted((k for k in job.arrays if k.startswith(DRAW)),
-                                               key=lambda k: int(k[len(DRAW):]))]
-        data = replaying(self.data, draws)
         models = unprefixed(MODEL, job.arrays)
         if job.config["shared"]:
             models = _single(models)
         hosted = torch.zeros(int(job.config["models"]), dtype=torch.long)
-        # every draw is replayed: the generator is never read
-        out = getattr(alg, step)(models, data, hosted, torch.Generator(), unprefixed(EXTRA, job.arrays))
-        if data.draws:
-            raise RuntimeError(f"{len(data.draws)} of the rows the server sent were not used by the {step} step "
-                               "(its draws and the client code are out of step)")
+        draws = ClientDraws(int(job.config["draws"])).for_client(self.partition)
+        out = getattr(alg, step)(models, self.data, hosted, draws, unprefixed(EXTRA, job.arrays))
         if kind == EVALUATE:
-            scores = evaluate(alg.model, out, data)
+            scores = evaluate(alg.model, out, self.data)
             arrays = {"accuracy": scores.accuracy, "loss": scores.loss, "n": scores.n.double()}
         else:
             arrays = prefixed(MODEL, out)

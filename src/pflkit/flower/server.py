@@ -1,17 +1,17 @@
 """The server side of a federated run: the algorithm's state, and its own round cut into passes.
 
 One server runs every method: it asks the algorithm for its passes (``round_passes``, ``start_passes``,
-``personalize_pass``: ``algorithms.round``), draws each pass's minibatch rows with the pass's generator
-(the same ``sample_indices`` call the batched engine makes), sends every client the models it hosts with
-their rows and per-model values, and hands the stacked replies back to the algorithm, which aggregates
-and steps with its own functions. So a federated run is the in-process round, pass for pass.
+``personalize_pass``: ``algorithms.round``), sends every client the models it hosts, their per-model
+values and the pass's key (each client draws its own minibatch rows and dropout masks from its stream of
+that key, as inside the batch: ``data.draws``), and hands the stacked replies back to the algorithm, which
+aggregates and steps with its own functions. So a federated run is the in-process round, pass for pass.
 
 A server's ``round()`` (and ``start()``, ``evaluate()``) is a generator: it yields one pass at a time,
 ``{client: Job}``, and receives the replies ``{client: Reply}``, so any transport can drive it
 (``drive``: the loopback in one process, or Flower's Grid in ``apps``).
 
 The server never sees a sample: its dataset is ``sizes_only`` (the clients' sizes, reported at
-registration), which is all ``sample_indices``, ``sample_clients`` and the alpha solver read.
+registration), which is all ``sample_clients`` and the alpha solver read.
 """
 from __future__ import annotations
 
@@ -19,14 +19,13 @@ from collections.abc import Callable, Generator
 
 import pandas as pd
 import torch
-from torch import Tensor
 
 from ..algorithms.round import Outputs
 from ..algorithms.round import Pass as AlgorithmPass
 from ..data.federated import FederatedDataset
 from ..engine.params import Params
 from ..eval import HISTORY_COLUMNS, ClientMetrics
-from .client import EVALUATE, EXTRA, MODEL, TRAIN, Job, Reply, draw_arrays, prefixed, unprefixed
+from .client import EVALUATE, EXTRA, MODEL, TRAIN, Job, Reply, prefixed, unprefixed
 from .spec import RunSpec
 
 Pass = dict[int, Job]
@@ -53,11 +52,6 @@ def sizes_only(infos: list[dict], batch_order: str = "replacement") -> Federated
     (xtr, ytr), (xte, yte) = empty(train), empty(test)
     return FederatedDataset(xtr, ytr, torch.cumsum(train, 0) - train, train, xte, yte, torch.cumsum(test, 0) - test,
                             test, int(infos[0]["num_classes"]), infos[0]["name"], batch_order=batch_order)
-
-
-def _rows_dtype(size: int) -> torch.dtype:
-    """The smallest integer type holding row numbers below ``size`` (the draws travel in it)."""
-    return torch.int16 if size <= 2**15 else torch.int32 if size <= 2**31 else torch.int64
 
 
 class FederatedServer:
@@ -88,23 +82,15 @@ class FederatedServer:
         return self.state.w
 
     # -- a pass of the algorithm as one job per client
-    def slice_for(self, rows: Tensor | None, columns: list[int], client: int) -> list[Tensor]:
-        """The rows of ``columns`` (the client axis, second to last) as client-local row numbers."""
-        if rows is None:
-            return []
-        local = rows.index_select(-2, torch.tensor(columns)) - self.data.train_offsets[client]
-        return [local.to(_rows_dtype(int(self.data.train_sizes[client])))]
-
     def exchange(self, p: AlgorithmPass, kind: str) -> Passes:
-        """Send pass ``p`` (each client the models it hosts, their per-model values and their minibatch rows,
-        drawn here as the batched engine draws them); returns the outputs stacked [M, ..] in the pass's
-        order (``kind`` EVALUATE: the clients' replies, their scores of the outputs)."""
-        rows = None if p.schedule is None or p.batch_size is None else \
-            self.data.sample_indices(p.schedule, p.batch_size, p.generator)
+        """Send pass ``p`` (each client the models it hosts, their per-model values and the pass's key);
+        returns the outputs stacked [M, ..] in the pass's order (``kind`` EVALUATE: the clients' replies,
+        their scores of the outputs)."""
         hosted: dict[int, list[int]] = {}
         for i, c in enumerate(p.clients.tolist()):
             hosted.setdefault(c, []).append(i)
-        config = {"kind": kind, "step": p.step, "shared": p.shared, "round": self.state.round, "seed": self.spec.seed}
+        config = {"kind": kind, "step": p.step, "shared": p.shared, "draws": p.draws.key, "round": self.state.round,
+                  "seed": self.spec.seed}
         jobs = {}
         for c, idx in sorted(hosted.items()):
             if c in self.lost:  # a client that stopped answering is sent nothing more
@@ -113,8 +99,7 @@ class FederatedServer:
             models = {k: v.unsqueeze(0) for k, v in p.models.items()} if p.shared else \
                 {k: v.index_select(0, at.to(v.device)) for k, v in p.models.items()}
             extra = {k: v.index_select(0, at.to(v.device)) for k, v in p.extra.items()}
-            jobs[c] = Job({**prefixed(MODEL, models), **prefixed(EXTRA, extra),
-                           **draw_arrays(self.slice_for(rows, idx, c))}, {**config, "models": len(idx)})
+            jobs[c] = Job({**prefixed(MODEL, models), **prefixed(EXTRA, extra)}, {**config, "models": len(idx)})
         replies = yield jobs
         replies = {c: r for c, r in replies.items() if c in jobs}
         self._account(p, kind, sorted(hosted), sorted(replies))

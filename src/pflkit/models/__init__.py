@@ -14,12 +14,16 @@ def logistic(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), num_classes))
 
 
-def mlp(input_shape: tuple[int, ...], num_classes: int, hidden: tuple[int, ...] = (200, 200)) -> nn.Module:
-    """Fully connected ReLU network (PERM's EMNIST/MNIST model is 2 hidden layers of 200)."""
+def mlp(input_shape: tuple[int, ...], num_classes: int, hidden: tuple[int, ...] = (200, 200),
+        dropout: float = 0.0) -> nn.Module:
+    """Fully connected ReLU network (PERM's EMNIST/MNIST model is 2 hidden layers of 200); ``dropout`` > 0
+    adds a dropout layer of that rate after every hidden layer."""
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
     layers: list[nn.Module] = [nn.Flatten()]
     width = math.prod(input_shape)
     for h in hidden:
-        layers += [nn.Linear(width, h), nn.ReLU()]
+        layers += [nn.Linear(width, h), nn.ReLU()] + ([nn.Dropout(dropout)] if dropout else [])
         width = h
     layers.append(nn.Linear(width, num_classes))
     return nn.Sequential(*layers)

@@ -1,0 +1,73 @@
+"""Randomness per client: in a pass every client draws from its own stream, seeded from the pass's key and
+the client's id, so a client computing alone draws exactly what it draws inside the batch.
+
+A pass's :class:`ClientDraws` is one integer key (drawn from the run's generator by the server, or given);
+client c's generator is seeded with ``mix(key, c)`` and kept for the whole pass, so the draws a client step
+makes one after another (its minibatch rows, then its dropout masks step by step) continue one stream. A
+federated client gets the key, not its rows, and draws them itself (``for_client``).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+_MASK64 = (1 << 64) - 1
+
+
+def mix(*values: int) -> int:
+    """A 63-bit seed from integers: splitmix64's finaliser over each value in turn (distinct inputs give
+    unrelated seeds; Python integers, so the same on every machine)."""
+    h = 0
+    for v in values:
+        z = (h + 0x9E3779B97F4A7C15 + (int(v) & _MASK64)) & _MASK64
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+        h = z ^ (z >> 31)
+    return h >> 1
+
+
+class ClientDraws:
+    """The per-client streams of one pass: ``generator(c)`` is client c's (created on first use, then
+    continued). ``ids`` maps the dataset's client numbers to the federation's (a federated client holds
+    one client, number 0, whose id is its partition)."""
+
+    #: the key of a pass that draws nothing (its streams refuse to be read)
+    NONE = -1
+
+    def __init__(self, key: int, ids: list[int] | None = None):
+        self.key, self.ids = int(key), ids
+        self._streams: dict[int, torch.Generator] = {}
+
+    @classmethod
+    def drawn_from(cls, generator: torch.Generator) -> ClientDraws:
+        """A pass's draws keyed by one number from ``generator`` (the run's stream)."""
+        return cls(int(torch.randint(0, 2**62, (), generator=generator)))
+
+    def for_client(self, client: int) -> ClientDraws:
+        """These draws as a one-client dataset of ``client`` makes them (its only client is number 0)."""
+        return ClientDraws(self.key, ids=[int(client)])
+
+    def generator(self, client: int) -> torch.Generator:
+        if self.key == self.NONE:
+            raise RuntimeError("a pass that declared no draws (no schedule or batch size) asked for random draws")
+        c = int(client) if self.ids is None else self.ids[int(client)]
+        if c not in self._streams:
+            self._streams[c] = torch.Generator().manual_seed(mix(self.key, c))
+        return self._streams[c]
+
+    def per_column(self, clients: Tensor, draw) -> Tensor:
+        """``draw(generator, c, m)`` -> [m, ...] for every client c of ``clients`` (one per model, [M]), m = how
+        many models it hosts, assembled as [M, ...] in the models' order."""
+        out = None
+        for c in torch.unique(clients).tolist():
+            at = (clients == c).nonzero().squeeze(1)
+            part = draw(self.generator(c), c, len(at))
+            if out is None:
+                out = part.new_empty((len(clients), *part.shape[1:]))
+            out[at] = part
+        return out
+
+
+def as_draws(generator: torch.Generator | ClientDraws) -> ClientDraws:
+    """``generator`` if it is a pass's draws already, else draws keyed from it."""
+    return generator if isinstance(generator, ClientDraws) else ClientDraws.drawn_from(generator)
