@@ -181,8 +181,9 @@ def markdown(res: dict) -> str:
                          f"{x['eval_seconds']:.3f} | {r['startup_seconds']:.1f} | {r['peak_rss_mb']:,.0f} | "
                          f"{r['peak_used_mb']:,.0f} | {x['accuracy']:.4f} |")
     lines += ["", "Per round per client, training passes both ways (bytes; evaluation apart). Model: the fp32 models "
-              "and gradients; draws: the minibatch rows the server sends (int16) so that each client's update "
-              "replays the batched engine's; other: PERM's step sizes; Flower: what Flower counts it serializes "
+              "and gradients; draws: the minibatch rows the server sent (int16) while clients replayed the batched "
+              "engine's draws (0 since randomness is per client: a key per pass travels in the config); other: "
+              "PERM's step sizes; Flower: what Flower counts it serializes "
               "(count_bytes). Formula: cost_table's 8 P (+ PERM's gradient passes, amortized).", "",
               "| engine | clients | method | P | model | formula | model / formula | draws | other | Flower |",
               "|---|---|---|---|---|---|---|---|---|---|"]
@@ -194,7 +195,7 @@ def markdown(res: dict) -> str:
             model = t["down_model"] + t["up_model"]
             lines.append(f"| {r['engine']} | {r['clients']} | {x['method']} | {x['num_parameters']} | {model:,.0f} | "
                          f"{x['formula_bytes']:,.0f} | {model / x['formula_bytes']:.2f} | "
-                         f"{t['down_draws'] + t['up_draws']:,.0f} | {t['down_other'] + t['up_other']:,.0f} | "
+                         f"{t.get('down_draws', 0) + t.get('up_draws', 0):,.0f} | {t['down_other'] + t['up_other']:,.0f} | "
                          f"{t['down_flower'] + t['up_flower']:,.0f} |")
     lines += ["", "Seconds per round: the training passes (PERM: with its gradient passes when due), mean over the "
               "rounds; in-process: Algorithm.round over every client at once. Start-up: from the process's launch "

@@ -7,8 +7,9 @@
 # * **in-process**: pflkit's batched engine (every client at once, `runner.run`), the reference;
 # * **federated protocol, one process**: the server and client code of `pflkit.flower` without a transport
 #   (`pflkit.flower.loopback`): the server holds the algorithm's state and its random generator, draws the
-#   round's clients and minibatches as the batched engine does, and sends each client its model and its rows;
-#   each client runs the algorithm's own client update for itself alone;
+#   round's clients as the batched engine does, and sends each client its model and the pass's key; each
+#   client runs the algorithm's own client update for itself alone, drawing its minibatches from its own
+#   stream of that key (as it does inside the batch);
 # * **Flower simulation**: the same ServerApp and ClientApp on Flower's simulation engine (Ray actors);
 # * **Flower deployment**: one SuperLink and one SuperNode per client as separate local processes
 #   (`pflkit.flower.deployment`), the run submitted with `flwr run`.

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from pflkit.data import FederatedDataset, classes_per_client, dirichlet, iid, partition, perm_synthetic
-from pflkit.data.draws import mix
 from pflkit.data.synthetic import perm_synthetic_arrays
+from pflkit.seeds import mix
 
 LABELS = np.repeat(np.arange(10), 100)
 

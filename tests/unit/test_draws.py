@@ -4,11 +4,12 @@ import pytest
 import torch
 
 from pflkit.data import perm_synthetic
-from pflkit.data.draws import ClientDraws, mix
+from pflkit.data.draws import ClientDraws
 from pflkit.engine import FunctionalModel
 from pflkit.engine.local_sgd import local_sgd
 from pflkit.flower.client import one_client
 from pflkit.models import build
+from pflkit.seeds import mix
 
 DATA = dict(num_clients=5, samples_per_client=30, dim=4, test_fraction=0.3, seed=2)
 # models per client: client 2 hosts two, client 3 none

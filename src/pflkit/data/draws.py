@@ -2,7 +2,7 @@
 the client's id, so a client computing alone draws exactly what it draws inside the batch.
 
 A pass's :class:`ClientDraws` is one integer key (drawn from the run's generator by the server, or given);
-client c's generator is seeded with ``mix(key, c)`` and kept for the whole pass, so the draws a client step
+client c's generator is seeded with ``seeds.client_stream(key, c)`` and kept for the whole pass, so the draws a client step
 makes one after another (its minibatch rows, then its dropout masks step by step) continue one stream. A
 federated client gets the key, not its rows, and draws them itself (``for_client``).
 """
@@ -11,20 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-_MASK64 = (1 << 64) - 1
-
-
-def mix(*values: int) -> int:
-    """A 63-bit seed from integers: splitmix64's finaliser over each value in turn (distinct inputs give
-    unrelated seeds; Python integers, so the same on every machine)."""
-    h = 0
-    for v in values:
-        z = (h + 0x9E3779B97F4A7C15 + (int(v) & _MASK64)) & _MASK64
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-        h = z ^ (z >> 31)
-    return h >> 1
-
+from .. import seeds
 
 class ClientDraws:
     """The per-client streams of one pass: ``generator(c)`` is client c's (created on first use, then
@@ -52,7 +39,7 @@ class ClientDraws:
             raise RuntimeError("a pass that declared no draws (no schedule or batch size) asked for random draws")
         c = int(client) if self.ids is None else self.ids[int(client)]
         if c not in self._streams:
-            self._streams[c] = torch.Generator().manual_seed(mix(self.key, c))
+            self._streams[c] = torch.Generator().manual_seed(seeds.client_stream(self.key, c))
         return self._streams[c]
 
     def per_column(self, clients: Tensor, draw) -> Tensor:
