@@ -434,11 +434,29 @@ def _unwrap(annotation):
             return annotation
 
 
+def _union_member(annotation, tag):
+    """The model of a discriminated union of models (``charles_nn.TaskSection``) whose discriminator literal
+    (pydantic's tag in an error's loc) is ``tag``; None when there is none."""
+    if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
+        return None
+    for member in typing.get_args(annotation):
+        if isinstance(member, type) and issubclass(member, BaseModel) and any(
+                tag in typing.get_args(f.annotation) for f in member.model_fields.values()
+                if typing.get_origin(f.annotation) is typing.Literal):
+            return member
+    return None
+
+
 def _annotation_at(cls, path):
-    """The (unwrapped) type that validates the value at ``path`` of a ``cls`` config; None if unknown."""
+    """The (unwrapped) type that validates the value at ``path`` of a ``cls`` config (a discriminated union's
+    tag in ``path`` steps into its member); None if unknown."""
     annotation = cls
     for part in path:
         annotation = _unwrap(annotation)
+        member = _union_member(annotation, part)
+        if member is not None:
+            annotation = member
+            continue
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             field = annotation.model_fields.get(part)
             if field is None:
@@ -464,8 +482,8 @@ def _model_at(cls, path) -> type[BaseModel] | None:
 def _clean_loc(cls, loc) -> tuple:
     """``err['loc']`` without pydantic's union-member tags (``update_every.int`` -> ``update_every``)."""
     out: list = []
-    for part in loc:
-        if typing.get_origin(_annotation_at(cls, out)) in (typing.Union, types.UnionType):
+    for i, part in enumerate(loc):
+        if typing.get_origin(_annotation_at(cls, loc[:i])) in (typing.Union, types.UnionType):
             continue  # this part names the member of a union, not a key
         out.append(part)
     return tuple(out)
@@ -492,11 +510,15 @@ def format_errors(cls, exc: ValidationError, stage: str | None = None, origins: 
         if isinstance(error, KeyedProblems):
             lines += [f"{name(loc + (k,))}: {msg}" for k, msg in error.problems]
         elif err["type"] == "extra_forbidden":
-            model = _model_at(cls, loc[:-1])
+            model = _model_at(cls, err["loc"][:-1])
             keys = sorted(set(model.model_fields) - set(RUNNER_KEYS)) if model is not None else []
             allowed = ", ".join(keys) or "see the docs"
             lines.append(f"{name(loc)}: unknown key{did_you_mean(loc[-1], keys) if loc else ''} "
                          f"(value {short_repr(err['input'])}); allowed keys: {allowed}")
+        elif err["type"] == "union_tag_invalid":  # a discriminated union's key (a task's dataset) names no member
+            ctx = err["ctx"]
+            lines.append(f"{name(loc + (ctx['discriminator'].strip(chr(39)),))}: must be one of "
+                         f"({ctx['expected_tags']}), got {ctx['tag']!r}")
         elif err["type"] == "missing":
             lines.append(f"{name(loc)}: Field required (this key has no default; give a value)")
         else:

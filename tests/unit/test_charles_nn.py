@@ -226,7 +226,9 @@ def test_pick_best_uses_mean_of_last_window():
 def test_configs_reject_bad_values_naming_the_key():
     # a small task: the section's defaults (M = 10, B = 20, a 2 x 256 LSTM) would need ~40 GiB (memory_estimate)
     base = dict(stage="charles_fig12", results_dir="r", figures_dir="f", device="cpu", local_steps=2, eta=0.01,
-                tasks={"s": {"dataset": "shakespeare", "rounds": 1, "clients_per_round": 2, "batch_size": 4}})
+                tasks={"s": {"dataset": "shakespeare", "rounds": 1, "clients_per_round": 2, "batch_size": 4,
+                             "root": "data/raw", "num_clients": None, "test_fraction": 0.2, "eval_samples": None,
+                             "source": "auto", "hidden": 256}})
     build("charles_fig12", **base, gammas=[0, 0.1])
     with pytest.raises(ConfigError, match="gammas"):
         build("charles_fig12", **base, gammas=[-1])

