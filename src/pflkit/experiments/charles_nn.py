@@ -49,7 +49,7 @@ from ..algorithms.local_update import LocalUpdateGrid, setting_chunks
 from ..algorithms.server_opt import MOMENTUM_KINDS
 from ..config import (HLDA_DEFAULTS, PARTITION_OPTIONS, DatasetName, NonNegatives, PositiveInt, Positives,
                       ProjectPath, Section, Seed, StageConfig, image_partition_problems, image_sources,
-                      network_footprint, one_of, raise_problems, short_repr)
+                      network_footprint, one_of, raise_problems)
 from ..data import prepared
 from ..data.federated import FederatedDataset, data_digest
 from ..data.hlda import hierarchical_lda
