@@ -42,16 +42,15 @@ class ClientDraws:
             self._streams[c] = torch.Generator().manual_seed(seeds.client_stream(self.key, c))
         return self._streams[c]
 
-    def per_column(self, clients: Tensor, draw) -> Tensor:
-        """``draw(generator, c, m)`` -> [m, ...] for every client c of ``clients`` (one per model, [M]), m = how
-        many models it hosts, assembled as [M, ...] in the models' order."""
-        out = None
-        for c in torch.unique(clients).tolist():
-            at = (clients == c).nonzero().squeeze(1)
-            part = draw(self.generator(c), c, len(at))
-            if out is None:
-                out = part.new_empty((len(clients), *part.shape[1:]))
-            out[at] = part
+    def per_client(self, clients: Tensor, draw) -> Tensor:
+        """``draw(generator, c, m)`` -> [m, ...] for every client c of ``clients`` ([M]: the client of each entry),
+        m = how many entries it has, assembled as [M, ...] in the entries' order (client c's draw fills its
+        entries in their order). One sort groups the entries; the loop over clients only draws."""
+        order = torch.argsort(clients, stable=True)
+        hosts, counts = torch.unique_consecutive(clients[order], return_counts=True)
+        drawn = torch.cat([draw(self.generator(c), c, m) for c, m in zip(hosts.tolist(), counts.tolist())])
+        out = torch.empty_like(drawn)
+        out[order] = drawn
         return out
 
 

@@ -219,23 +219,19 @@ class FederatedDataset:
             return torch.empty(*clients.shape, batch_size, dtype=torch.long, device=self.device)
         draws = as_draws(generator)
         if self.batch_order == "replacement":  # client c's entries, in row-major order: [n_c, B] from its stream
-            local = draws.per_column(clients.reshape(-1), lambda g, c, m: self._uniform_rows(c, m, batch_size, g))
-            local = local.reshape(*clients.shape, batch_size)
+            flat = clients.reshape(-1)
+            u = draws.per_client(flat, lambda g, c, m: torch.rand(m, batch_size, generator=g, dtype=torch.float64))
+            sizes = self.train_sizes[flat].unsqueeze(-1)
+            local = torch.minimum(u.mul_(sizes).long(), sizes - 1).reshape(*clients.shape, batch_size)
         else:
             cols = clients.reshape(-1, clients.shape[-1])  # [steps, models]
             if not bool((cols == cols[:1]).all()):
                 raise ValueError("batch_order='shuffled' needs every model to stay on one client within a call "
                                  "(a [steps, N] schedule whose columns change client)")
-            rows = draws.per_column(cols[0], lambda g, c, m: self._shuffled_rows(int(self.train_sizes[c]), m,
+            rows = draws.per_client(cols[0], lambda g, c, m: self._shuffled_rows(int(self.train_sizes[c]), m,
                                                                                 len(cols), batch_size, g))
             local = rows.transpose(0, 1).reshape(*clients.shape, batch_size)
         return (self.train_offsets[clients].unsqueeze(-1) + local).to(self.device)
-
-    def _uniform_rows(self, client: int, m: int, batch_size: int, generator: torch.Generator) -> Tensor:
-        """Row numbers [m, B] of client ``client``, each uniform over its rows."""
-        n = int(self.train_sizes[client])
-        u = torch.rand(m, batch_size, generator=generator, dtype=torch.float64)
-        return torch.minimum(u.mul_(n).long(), torch.tensor(n - 1))
 
     @staticmethod
     def _shuffled_rows(n: int, m: int, steps: int, batch_size: int, generator: torch.Generator) -> Tensor:

@@ -73,7 +73,7 @@ def local_sgd(model: FunctionalModel, params: Params, data: FederatedDataset, cl
         idx = data.sample_indices(schedule, batch_size, draws)  # [steps, N, B]
     dropout = bool(getattr(model, "dropout", False)) and not full and steps > 0
     if dropout:  # every model's dropout seeds [N, steps], after the minibatches, from the stream of its first client
-        seeds = draws.per_column(schedule[0], lambda g, c, m: torch.randint(0, 2**62, (m, steps), generator=g))
+        seeds = draws.per_client(schedule[0], lambda g, c, m: torch.randint(0, 2**62, (m, steps), generator=g))
     # plain SGD on graph-free tensors: the model applies the step itself (engine.stacked folds it into
     # the weight-gradient matmul, and runs all K steps in one call where it can); prox, grad_weights,
     # masks, dropout or differentiable inputs take the general path
