@@ -28,10 +28,10 @@ Measured per engine, number of clients and method:
   Ray's start or the SuperLink's and SuperNodes', ``flwr run``, and the registration of every node;
 * **peak memory** of the whole process tree;
 * **bytes per round per client** a round's messages carry, both ways (the Exchange counts them): the
-  models' and gradients' tensor bytes, the minibatch rows the server sends (int16), the rest (step
-  sizes), and Flower's own count of what it serializes (``count_bytes``: npy headers, keys, config). The
-  model part is compared with the formula of ``experiments.perm_hetero.cost_table``: 8 P bytes per round
-  (an fp32 model of P parameters down, the update up), plus for PERM every ``update_every`` rounds
+  models' and gradients' tensor bytes, the minibatch rows the server sent (int16; 0 since randomness is per
+  client), the rest (step sizes), and Flower's own count of what it serializes (``count_bytes``: npy headers,
+  keys, config). The model part is compared with the formula of ``experiments.perm_hetero.cost_table``: 8 P
+  bytes per round (an fp32 model of P parameters down, the update up), plus for PERM every ``update_every`` rounds
   (global_steps + 1) gradient passes of 8 P each (the model down, the gradient up), amortized.
 
 Writes ``<out>/flower.json`` and ``<out>/flower.md`` and prints the markdown table.
@@ -195,7 +195,8 @@ def markdown(res: dict) -> str:
             model = t["down_model"] + t["up_model"]
             lines.append(f"| {r['engine']} | {r['clients']} | {x['method']} | {x['num_parameters']} | {model:,.0f} | "
                          f"{x['formula_bytes']:,.0f} | {model / x['formula_bytes']:.2f} | "
-                         f"{t.get('down_draws', 0) + t.get('up_draws', 0):,.0f} | {t['down_other'] + t['up_other']:,.0f} | "
+                         f"{t.get('down_draws', 0) + t.get('up_draws', 0):,.0f} | "
+                         f"{t['down_other'] + t['up_other']:,.0f} | "
                          f"{t['down_flower'] + t['up_flower']:,.0f} |")
     lines += ["", "Seconds per round: the training passes (PERM: with its gradient passes when due), mean over the "
               "rounds; in-process: Algorithm.round over every client at once. Start-up: from the process's launch "

@@ -9,7 +9,10 @@ emulated by capping the instruction set of torch's kernels, oneDNN and MKL (AVX2
 baseline SSE4 with 1 thread). Thread count and load changed nothing; the instruction set changed the
 order of float sums, and with it the float32 results of convolutions, the ResNet/GroupNorm and LSTM
 models and long SGD runs. Per stage the spread is the largest difference from the reference over every
-compared value and condition.
+compared value and condition. Randomness per client (issue 27) changed every trained result: the expected
+values and the spreads were measured again (2-core Intel Xeon VM, torch 2.13.0) under the conditions that
+moved anything, the reference and the two emulated CPUs (``measure.py run base avx2 sse``); the comments
+below give those spreads.
 
 * Stages whose values never moved by more than float64 rounding (closed forms, float64 quadratic
   simulations) are compared to 1e-9 relative (``EXACT``).
@@ -31,21 +34,21 @@ EXACT = Tolerance(rtol=1e-9, atol=1e-12)
 #: stages with trained float32 results (see the module docstring): measured relative spread -> rtol
 FLOOR = Tolerance(rtol=2e-5, atol=1e-6)
 TOLERANCES: dict[str, Tolerance] = {
-    "perm_fig1": FLOOR,                      # spread 1.8e-7
-    "perm_fig2": FLOOR,                      # 1.5e-7 (CNN)
-    "perm_fig4": FLOOR,                      # 3.6e-8
-    "perm_fig5": FLOOR,                      # 4.0e-8
-    "perm_fig6": FLOOR,                      # 3.3e-10
-    "perm_alpha_convergence": FLOOR,         # 2.9e-6 (CSV rounding)
-    "perm_hetero": Tolerance(rtol=3e-5, atol=1e-6),      # 5.3e-6
-    # measured alone, later (measure.py's six conditions, without the Flower extra: the in-process and
-    # one-process protocol rows the expected values hold): 1.7e-8 (sse)
+    "perm_fig1": FLOOR,                      # spread 3.6e-7
+    "perm_fig2": FLOOR,                      # 9.0e-7 (CNN)
+    "perm_fig4": FLOOR,                      # 4.2e-8
+    "perm_fig5": FLOOR,                      # 1.3e-8
+    # 1.7e-4 relative, 8.5e-6 absolute: the alpha table (water-filling over sampled gradients in float32)
+    "perm_fig6": Tolerance(rtol=9e-4, atol=5e-5),
+    "perm_alpha_convergence": FLOOR,         # 1.9e-6
+    "perm_hetero": Tolerance(rtol=3e-5, atol=1e-6),      # 0 (5.3e-6 in the six-condition measurement)
+    # the in-process and one-process protocol rows the expected values hold (no Flower extra): 2.8e-8 (sse)
     "flower_equivalence": FLOOR,
     "charles_fig6": FLOOR,                   # 0 measured; a CNN trained in float32
-    "charles_theory": Tolerance(rtol=4e-5, atol=5e-7),   # 6.6e-6, 1e-7 absolute
-    # ResNet-18/GroupNorm and LSTM in float32: 3.9e-3 and 3.4e-3; the gamma/eta picks and the claim
+    "charles_theory": Tolerance(rtol=2e-4, atol=2e-6),   # 2.9e-5, 2.3e-7 absolute
+    # ResNet-18/GroupNorm and LSTM in float32: 7.6e-3 and 2.5e-3; the gamma/eta picks and the claim
     # verdicts compare losses that may lie within that of each other
-    "charles_fig12": Tolerance(rtol=0.02, atol=1e-6, derived=r"best_gamma|\.holds$"),
+    "charles_fig12": Tolerance(rtol=0.04, atol=1e-6, derived=r"best_gamma|\.holds$"),
     "charles_fig13": Tolerance(rtol=0.02, atol=1e-6, derived=r"best_gamma|\.holds$|tuned"),
 }
 
