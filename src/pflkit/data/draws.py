@@ -2,9 +2,9 @@
 the client's id, so a client computing alone draws exactly what it draws inside the batch.
 
 A pass's :class:`ClientDraws` is one integer key (drawn from the run's generator by the server, or given);
-client c's generator is seeded with ``seeds.client_stream(key, c)`` and kept for the whole pass, so the draws a client step
-makes one after another (its minibatch rows, then its dropout masks step by step) continue one stream. A
-federated client gets the key, not its rows, and draws them itself (``for_client``).
+client c's generator is seeded with ``seeds.client_stream(key, c)`` and kept for the whole pass, so the draws
+a client step makes one after another (its minibatch rows, then its dropout masks step by step) continue one
+stream. A federated client gets the key, not its rows, and draws them itself (``for_client``).
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from .. import seeds
+
 
 class ClientDraws:
     """The per-client streams of one pass: ``generator(c)`` is client c's (created on first use, then
