@@ -53,19 +53,18 @@ METHODS = {
 }
 
 
-def _spec(alg, **run_kw):
-    return RunSpec.for_algorithm(alg, model={"name": "logistic"}, data={"name": "perm_synthetic", "kwargs": DATA},
-                                 seed=SEED, rounds=ROUNDS, eval_every=2, **run_kw)
+def _spec(alg, model: dict | None = None, **run_kw):
+    return RunSpec.for_algorithm(alg, model=model or {"name": "logistic"}, data={"name": "perm_synthetic",
+                                 "kwargs": DATA}, seed=SEED, rounds=ROUNDS, eval_every=2, **run_kw)
 
 
-@pytest.mark.parametrize("key", list(METHODS))
-def test_federated_run_reproduces_the_batched_engine(key):
-    """Same seed, same draws: every evaluated metric and the final server state agree with the in-process
-    run (float32 of one client alone vs inside the batch: 1e-6; accuracy within 1e-4)."""
-    alg = METHODS[key](_model())
+def _reproduces_in_process(alg, model: dict | None = None):
+    """Run ``alg`` in process and over the protocol (``model``: the spec's model, default logistic): every
+    evaluated metric and the final server state agree (float32 of one client alone vs inside the batch: 1e-6;
+    accuracy within 1e-4). Returns the in-process history."""
     keep = {}
     want = run(alg, perm_synthetic(**DATA), ROUNDS, SEED, eval_every=2, keep=keep)
-    got, server = run_loopback(_spec(alg))
+    got, server = run_loopback(_spec(alg, model))
     a, b = (h.set_index(["round", "metric"])["value"].sort_index() for h in (want, got))
     assert list(a.index) == list(b.index)  # rounds 0, 2, 4, 6 x 4 metrics
     acc = a.index.get_level_values("metric").str.startswith("accuracy")
@@ -76,22 +75,21 @@ def test_federated_run_reproduces_the_batched_engine(key):
         if getattr(state, name, None) is not None:
             torch.testing.assert_close(getattr(server.state, name), getattr(state, name), rtol=1e-5, atol=1e-6)
     assert server.state.round == ROUNDS
+    return want
+
+
+@pytest.mark.parametrize("key", list(METHODS))
+def test_federated_run_reproduces_the_batched_engine(key):
+    """Same seed, same draws: the protocol reproduces the in-process run (``_reproduces_in_process``)."""
+    _reproduces_in_process(METHODS[key](_model()))
 
 
 def test_a_model_with_dropout_runs_federated_and_reproduces_the_batched_engine():
     """Dropout masks are per client too (drawn from the model's client stream): FedAvg of an MLP with dropout
     over the protocol gives the in-process run's metrics and model (tolerances as above)."""
-    mlp = {"name": "mlp", "kwargs": {"hidden": [6], "dropout": 0.4}}
     model = FunctionalModel(lambda: build("mlp", (DATA["dim"],), 2, hidden=(6,), dropout=0.4))
     assert model.dropout
-    alg = METHODS["fedavg"](model)
-    keep = {}
-    want = run(alg, perm_synthetic(**DATA), ROUNDS, SEED, eval_every=2, keep=keep)
-    got, server = run_loopback(RunSpec.for_algorithm(alg, model=mlp, data={"name": "perm_synthetic", "kwargs": DATA},
-                                                     seed=SEED, rounds=ROUNDS, eval_every=2))
-    a, b = (h.set_index(["round", "metric"])["value"].sort_index() for h in (want, got))
-    torch.testing.assert_close(torch.tensor(b.values), torch.tensor(a.values), rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(server.state.w, keep[(alg.name, SEED)].w, rtol=1e-5, atol=1e-6)
+    want = _reproduces_in_process(METHODS["fedavg"](model), {"name": "mlp", "kwargs": {"hidden": [6], "dropout": 0.4}})
     nodrop = METHODS["fedavg"](FunctionalModel(lambda: build("mlp", (DATA["dim"],), 2, hidden=(6,)), dropout=False))
     off = run(nodrop, perm_synthetic(**DATA), ROUNDS, SEED, eval_every=2)
     assert not off["value"].equals(want["value"])  # the masks took part
