@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
+
+from . import stages as stage_table  # imports nothing else: unknown names are refused at once
+from .paths import project_root
 
 
 EXAMPLES = {
@@ -20,7 +24,6 @@ EXAMPLES = {
 
 def unknown_stage(name: str, known) -> str | None:
     """None when ``name`` is a stage of ``known``; else the message, with the closest names."""
-    import difflib
     known = sorted(known)
     if name in known:
         return None
@@ -104,7 +107,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def refused_name(args) -> int | None:
     """The exit status when ``args`` names a stage the command does not know (said on stderr), else None."""
-    from . import stages as stage_table  # imports nothing else: unknown names are refused at once
     named = {"stage": [args.stage] if args.command == "stage" else [],
              "tune": [args.stage] if args.command == "tune" else [],
              "reproduce": (args.stages.split(",") if args.stages else []) if args.command == "reproduce" else []}
@@ -137,7 +139,6 @@ def run_data(args) -> int:
 def run_stage_command(args) -> int:
     from papermill.exceptions import PapermillExecutionError
 
-    from . import stages as stage_table
     from .notebooks import StageError, run_stage
     notebook = args.notebook or str(PurePosixPath(stage_table.get(args.stage).notebook).with_suffix(".ipynb"))
     try:
@@ -173,14 +174,13 @@ def run_reproduce(args) -> int:
 
 
 def run_tune(args) -> int:
-    from . import stages
     from .config import ConfigError, load_params, validate_stage
     from .io import write_csv
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be at least 1, got {args.jobs}")
-    entry = stages.get(args.stage)
+    entry = stage_table.get(args.stage)
     cfg = validate_stage(load_params(args.params), args.stage, args.profile)
-    lr_sweep = stages.resolve(entry.tune)  # the stage's sweep, e.g. pflkit.experiments.perm:lr_sweep
+    lr_sweep = stage_table.resolve(entry.tune)  # the stage's sweep, e.g. pflkit.experiments.perm:lr_sweep
     table = lr_sweep(cfg, [float(x) for x in args.grid.split(",")],
                      methods=args.methods.split(",") if args.methods else None,
                      seeds=[int(x) for x in args.seeds.split(",")], rounds=args.rounds, jobs=args.jobs,
@@ -193,8 +193,6 @@ def run_tune(args) -> int:
 
 
 def run_validate(args) -> int:
-    from pathlib import Path
-
     from .config import load_dvc_stages, load_params, validate_all
     params = load_params(args.params)
     dvc = Path(args.dvc) if args.dvc else Path(args.params).parent / "dvc.yaml"
@@ -213,10 +211,7 @@ def run_validate(args) -> int:
 
 
 def run_notebooks(args) -> int:
-    from pathlib import Path
-
     from .notebooks import check_twins, refresh
-    from .paths import project_root
     if args.action == "check":
         problems = check_twins()
         print("\n".join(problems) or "every notebook matches its py:percent twin")

@@ -36,9 +36,13 @@ from typing import Any, Mapping
 
 import yaml
 
+from . import stages as table
 from .config import (DEFAULT_PROFILE, PROFILES_KEY, RUNNER_KEYS, ConfigError, load_params, profile_names,
                      stage_values)
+from .notebooks import RUNTIMES_LOG
+from .paths import project_root
 from .reproduce import chosen_stages, validate_stages
+from .stages import profile_path
 
 #: rounds of a curve stage (PERM's, perm_hetero, flower_equivalence): perm_fig2 (paper) diverged at round 20
 CURVE_ROUNDS = 25
@@ -114,7 +118,6 @@ def _perm_horizon(values: Mapping[str, Any]) -> int:
 
 def _least(stage: str, key: str) -> int:
     """The smallest value the stage's config accepts for the integer ``key`` (its ``ge`` bound; 1 if none)."""
-    from . import stages as table
     entry = table.get(stage)
     field = entry.config_class().model_fields.get(key) if entry is not None else None
     bounds = [getattr(m, "ge", None) for m in (field.metadata if field is not None else ())]
@@ -205,7 +208,6 @@ def cut_values(stage: str, values: Mapping[str, Any], rounds: int | None = None,
 def _remap(value, profile: str):
     """A path a profile's stage writes or reads (perm_fig4/5's alpha_file) moved under build/canary/<profile>/."""
     if isinstance(value, str):
-        from .stages import profile_path
         target = canary_profile(profile)
         if value.startswith(f"build/{profile}/"):
             return f"build/{target}/" + value.removeprefix(f"build/{profile}/")
@@ -217,7 +219,6 @@ def _remap(value, profile: str):
 def canary_params(params: Mapping[str, Any], profile: str, stages: list[str], **kw) -> tuple[dict, dict[str, Cut]]:
     """params.yaml plus a profile ``canary/<profile>`` whose entry for each compute stage is its cut values
     (every value given, so nothing of the other sections leaks in), and the cuts."""
-    from . import stages as table
     if profile not in profile_names(params):
         raise ConfigError(f"profile: unknown profile {profile!r}; params.yaml defines {profile_names(params)}")
     entry: dict[str, Any] = {}
@@ -307,7 +308,6 @@ class StageRun:
 def _run_one(stage, params_rel: str, target: str, log: Path) -> tuple[int, float, int, str]:
     """One stage as ``python -m pflkit stage`` (its own process tree, so a crash or an OOM kill is one
     stage's failure): exit code, seconds, peak RSS of its largest process (bytes), its output."""
-    from .paths import project_root
     cmd = [sys.executable, "-m", "pflkit", "stage", stage.name, stage.ipynb, "--params", params_rel,
            "--profile", target]
     start = time.monotonic()
@@ -329,7 +329,6 @@ def _diverged_cells(root: Path, target: str, stage: str) -> int:
 
 def _drop_canary_runtimes(root: Path) -> None:
     """A canary's stage runs are not the profile's runtimes: keep them out of build/runtimes.csv (README's table)."""
-    from .notebooks import RUNTIMES_LOG
     path = root / RUNTIMES_LOG
     try:
         with path.open(newline="") as f:
@@ -355,9 +354,6 @@ def run_canary(profile: str, stages: list[str] | None = None, params_file: str =
                rounds: int | None = None, short: bool = False, max_clients: int | None = MAX_CLIENTS,
                memory_factor: float = MEMORY_FACTOR) -> int:
     """Run the canary (module docstring); 0 when every stage passed, else 1 (each failure listed)."""
-    from . import stages as table
-    from .paths import project_root
-
     root = project_root()
     names = [s.name for s in table.STAGES]
     chosen = chosen_stages(stages)
@@ -435,7 +431,6 @@ def run_canary(profile: str, stages: list[str] | None = None, params_file: str =
 
 def _upstream(name: str) -> list[str]:
     """Compute stages whose outputs ``name`` reads (perm_fig5: perm_fig4's alpha file)."""
-    from . import stages as table
     stage = table.get(name)
     return [s.name for s in table.compute_stages()
             if s.name != name and any(dep.startswith(s.models_dir) for dep in stage.extra_deps)]

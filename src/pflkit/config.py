@@ -7,19 +7,22 @@ the value and what is allowed.
 """
 from __future__ import annotations
 
+import difflib
+import json
 import math
 import os
 import re
 import types
 import typing
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, ClassVar, Mapping
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from . import stages as _stages
-from .device import DEVICES
+from .device import DEVICES, resolve_device
+from .paths import resolve
 
 # keys the stage runner adds to every stage's parameters (not part of params.yaml sections)
 RUNNER_KEYS = ("stage", "results_dir", "figures_dir")
@@ -141,7 +144,6 @@ Scale = Annotated[float, AfterValidator(_scale)]
 def project_path(v: str) -> str:
     """A path setting: relative, inside the project (no '..' part, not absolute), each part a legal file name
     (at most 255 bytes): a stage reads or writes only inside the project."""
-    from pathlib import PurePosixPath
     path = PurePosixPath(v)
     if not v or path.is_absolute() or ".." in path.parts or "\\" in v:
         raise ValueError(f"must be a relative path inside the project (no '..', not absolute), got {short_repr(v)}")
@@ -180,7 +182,6 @@ class StageConfig(BaseModel):
     @field_validator("device")
     @classmethod
     def _device(cls, v: str) -> str:
-        from .device import resolve_device
         if v not in DEVICES and not v.startswith("cuda:"):
             raise ValueError(f"must be one of {DEVICES} (or cuda:N), got {short_repr(v)}")
         if v.startswith("cuda"):  # auto and cpu always resolve (and need no torch: a plot stage loads none)
@@ -339,10 +340,7 @@ def image_may_load(name: str, root: str = "data/raw", allow_download: bool = Fal
     """Whether image dataset ``name`` may load here, without reading it: its data stage's manifest says so
     (data/prepared/<name>/manifest.json), or a download is allowed, or its files are under ``root``, or it has
     an offline source (mnist, fashion-mnist, femnist). False only when none of these can give it."""
-    import json
-
     from .data.vision import SOURCES, canonical_name
-    from .paths import resolve
     key = canonical_name(name)
     manifest = resolve("data/prepared") / ("cifar100" if key == "cifar100-coarse" else key) / "manifest.json"
     try:
@@ -414,7 +412,6 @@ def clip_line(line: str) -> str:
 
 def did_you_mean(word, choices) -> str:
     """`` (did you mean 'x'?)`` for the closest of ``choices`` to ``word``, or ''."""
-    import difflib
     close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -642,7 +639,6 @@ def load_dvc_stages(path: str | Path = "dvc.yaml") -> dict[str, dict]:
 
 
 def _project_params() -> Path:
-    from .paths import resolve
     return resolve("params.yaml")
 
 

@@ -7,8 +7,8 @@ import torch
 from torch import Tensor
 
 from .data.federated import FederatedDataset
-from .engine.functional import FunctionalModel
 from .engine.full_batch import over_buckets, rows_per_call
+from .engine.functional import FunctionalModel
 from .engine.params import Params, num_models
 
 #: a run's history, whichever engine ran it (``runner.run``, the federated server): one row per evaluated round,

@@ -1,6 +1,8 @@
 """Outputs written atomically: a file appears complete or not at all (temp file + rename)."""
 from __future__ import annotations
 
+import dataclasses
+import io as _io
 import json
 import os
 import tempfile
@@ -143,7 +145,6 @@ def state_to_payload(state, skip: tuple[str, ...] = ("data",)) -> dict:
     """An algorithm state (a dataclass, see ``pflkit.algorithms.base.BaseState``) -> a plain dict.
     Fields in ``skip`` (the FederatedDataset ``data``) are not saved: they are re-attached from the
     template on load."""
-    import dataclasses
     if not dataclasses.is_dataclass(state) or isinstance(state, type):
         raise TypeError(f"state must be a dataclass instance, got {type(state).__name__}")
     name = type(state).__name__
@@ -162,8 +163,6 @@ def state_from_payload(template, payload: dict, skip: tuple[str, ...] = ("data",
     same kind (a template value of None, e.g. PERM's alpha before personalization starts, accepts
     any saved value). A mismatch raises :class:`CheckpointError` naming the field path, e.g.
     ``PERMState.w['0.weight']``; the template (and its generator) is then left untouched."""
-    import dataclasses
-
     import torch
     name = type(template).__name__
     if not isinstance(payload, dict) or not isinstance(payload.get("fields"), dict):
@@ -284,8 +283,6 @@ def save_checkpoint(path, obj) -> Path:
     """``torch.save`` atomically (temp file + rename): a killed process never leaves half a file. The archive is
     built in memory first, so its bytes do not depend on the (temporary) file's name: the same ``obj`` gives the
     same file (a saved model keeps its DVC hash)."""
-    import io as _io
-
     import torch
     buf = _io.BytesIO()
     torch.save(obj, buf)

@@ -23,6 +23,8 @@ from typing import Any, Mapping
 from .data.federated import data_digest
 from .io import (CheckpointError, load_checkpoint, save_checkpoint, state_from_payload, state_to_payload,
                  write_json)
+from .io import decode_value, encode_value
+from .paths import resolve
 
 FORMAT = "pflkit-model-1"
 INDEX = "index.json"
@@ -37,7 +39,6 @@ def models_dir_of(results_dir: str, stage: str) -> str:
 
 def models_dir(cfg, folder: str | Path | None = None) -> Path:
     """``folder`` when given, else the stage config's models folder (``models_dir_of``); resolved in the project."""
-    from .paths import resolve
     return resolve(models_dir_of(cfg.results_dir, cfg.stage) if folder is None else folder)
 
 
@@ -63,7 +64,6 @@ def save_tensors(folder: str | Path, stage: str, name: str, tensors: Mapping[str
                  config: Mapping | None = None, metrics: Mapping | None = None) -> Path:
     """Save named tensors that are not an algorithm state (a FedAvg model and the alpha computed at it, a
     grid of settings' models) as ``<folder>/<name>.pt``."""
-    from .io import encode_value
     payload = {"format": FORMAT, "stage": stage, "name": name, "config": json.dumps(config or {}, sort_keys=True,
                                                                                    default=str),
                "metrics": dict(metrics or {}), "tensors": encode_value(dict(tensors), name)}
@@ -92,7 +92,6 @@ def load(path: str | Path) -> dict:
 
 def tensors(path: str | Path) -> dict:
     """The named tensors of a :func:`save_tensors` file."""
-    from .io import decode_value
     return decode_value(load(path)["tensors"])
 
 

@@ -8,9 +8,12 @@ Kernels run over IPC (Unix sockets), not TCP.
 """
 from __future__ import annotations
 
+import csv
+import datetime
 import hashlib
 import json
 import os
+import platform
 import shlex
 import shutil
 import sys
@@ -23,7 +26,9 @@ from typing import Iterator
 
 import yaml
 
-from .config import DEFAULT_PROFILE, PARAMS_ENV, ConfigError, load_params, validate_stage
+from . import stages
+from .config import ConfigError, DEFAULT_PROFILE, PARAMS_ENV, load_params, resolve_threads, validate_stage
+from .device import device_name, resolve_device
 from .paths import link_problem, project_root, why_unwritable as _why_unwritable
 from .stage_env import PROGRESS, TWIN_SHA256 as TWIN_SHA256_ENV
 from .stages import PIPELINE_PROFILES, profile_path
@@ -285,7 +290,6 @@ def _check_pair(stage: str, notebook: Path, root: Path) -> Path:
 
 
 def _is_compute_stage(stage: str) -> bool:
-    from . import stages
     row = stages.get(stage)
     return row is not None and not row.is_plot
 
@@ -466,12 +470,6 @@ RUNTIME_COLUMNS = ("stage", "profile", "seconds", "device", "threads", "cpu", "f
 
 def record_runtime(root: Path, stage: str, profile: str, seconds: float, cfg) -> None:
     """Append one stage run's wall time (and where it ran) to ``RUNTIMES_LOG``; never fails the stage."""
-    import csv
-    import datetime
-    import platform
-
-    from .config import resolve_threads
-    from .device import device_name, resolve_device
     try:
         name = device_name(resolve_device(cfg.device))
         cpu = platform.processor() or platform.machine()

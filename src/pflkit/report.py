@@ -2,15 +2,17 @@
 history/curve CSVs, and the rounded table nbval compares."""
 from __future__ import annotations
 
+import json
 import platform
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Mapping
 
 import pandas as pd
 
-from . import __version__
+from . import __version__, stages
 from .io import write_csv, write_json
-from .paths import resolve
+from .paths import project_root, resolve
 
 TABLE_DECIMALS = 3
 
@@ -125,14 +127,12 @@ class ResultsFileError(ValueError):
     ``python -m pflkit reproduce --profile <profile> --stages <stage>``)."""
 
     def __init__(self, path, problem: str):
-        from pathlib import Path
         self.path, self.problem = Path(path), problem
         self.stage, command = results_writer(self.path.parent)
         super().__init__(f"{_shown(self.path)}: {problem}; written by stage {self.stage}: run `{command}`")
 
 
 def _shown(path) -> str:
-    from .paths import project_root
     root = project_root()
     return str(path.relative_to(root)) if path.is_absolute() and path.is_relative_to(root) else str(path)
 
@@ -140,9 +140,6 @@ def _shown(path) -> str:
 def results_writer(folder) -> tuple[str, str]:
     """(stage, command) that writes results folder ``folder``: results/<stage> is ``dvc repro <stage>``'s,
     build/<profile>/<stage> is ``python -m pflkit reproduce``'s for that profile."""
-    from pathlib import Path
-
-    from .paths import project_root
     folder = Path(folder)
     stage = folder.name
     root = project_root()
@@ -154,7 +151,6 @@ def results_writer(folder) -> tuple[str, str]:
 
 def read_json(path, kind: type = dict):
     """A results JSON file (metrics.json, run.json), checked: present, parses, and a ``kind`` (an object)."""
-    import json
     path = resolve(path)
     try:
         text = path.read_text()
@@ -197,7 +193,6 @@ def read_result(results_dir: str):
     :func:`read_csv`), and for a stage of ``pflkit.stages`` every file it declares must be there: a missing
     folder or file, or an empty or garbled one, is a :class:`ResultsFileError` naming the file, the stage
     that writes it and the command to run."""
-    from . import stages
     folder = resolve(results_dir)
     if not (folder / "metrics.json").is_file():
         raise ResultsFileError(folder / "metrics.json", "missing (no results here: the compute stage has not "

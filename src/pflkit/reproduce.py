@@ -18,14 +18,14 @@ import sys
 import time
 from pathlib import Path
 
+from . import stages as table
 from .config import DEFAULT_PROFILE, ConfigError, load_params, validate_stage
+from .notebooks import StageError, run_stage
 from .paths import project_root
 
 
 def chosen_stages(stages: list[str] | None) -> list[str]:
     """``stages`` (default: every stage of the stage table), or a ConfigError naming the unknown ones."""
-    from . import stages as table
-
     names = [s.name for s in table.STAGES]
     chosen = stages or names
     unknown = [s for s in chosen if s not in names]
@@ -49,9 +49,6 @@ def validate_stages(params, names: list[str], profile: str) -> dict:
 
 
 def reproduce(profile: str, stages: list[str] | None = None, params_file: str = "params.yaml") -> int:
-    from . import stages as table
-    from .notebooks import StageError, run_stage
-
     if profile == DEFAULT_PROFILE:
         raise ConfigError("profile: the default profile is what `dvc repro` runs (and caches); "
                           "name another profile of params.yaml, e.g. paper")
@@ -79,8 +76,6 @@ def repro_pipeline(profile: str, stages: list[str] | None, root, params_file: st
     """``dvc repro`` of ``profile``'s own pipeline: the chosen stages (and what they need that changed), or all
     of it; then its ledger stage, which reads whatever results exist (it depends on none of them, so DVC would
     not order it last). DVC reads params.yaml: another ``params_file`` cannot be used here."""
-    from . import stages as table
-
     if params_file != "params.yaml":
         raise ConfigError(f"params_file: the {profile} profile runs as a DVC pipeline, which reads params.yaml "
                           f"(got {params_file})")

@@ -41,8 +41,8 @@ import torch
 from torch import Tensor
 
 from ..data.federated import FederatedDataset
-from ..engine.functional import FunctionalModel
 from ..engine.full_batch import full_gradients, full_gradients_at
+from ..engine.functional import FunctionalModel
 from ..engine.local_sgd import expand_schedule, local_sgd
 from ..engine.params import Params, apply_masks, broadcast, flatten
 from ..models.width import intersect

@@ -62,8 +62,8 @@ from torch import Tensor
 
 from .. import seeds
 from ..data.federated import FederatedDataset
-from ..engine.functional import FunctionalModel
 from ..engine.full_batch import full_gradients
+from ..engine.functional import FunctionalModel
 from ..engine.local_sgd import expand_schedule, local_sgd
 from ..engine.params import Params, apply_masks, broadcast, flatten
 from ..models.width import EXTRACTIONS, WidthSpec, check_fractions, masks_for, num_parameters

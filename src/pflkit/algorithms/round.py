@@ -18,11 +18,11 @@ Partial training (sub-models of one server model, ``models.width``) is the same 
 """
 from __future__ import annotations
 
-import torch
-from torch import Tensor
-
 from collections.abc import Generator
 from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
 
 from ..data.draws import ClientDraws, as_draws
 from ..data.federated import FederatedDataset

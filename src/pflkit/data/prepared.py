@@ -28,6 +28,8 @@ import hashlib
 import io
 import json
 import os
+import shutil
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Literal
@@ -35,6 +37,11 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..io import default_file_mode
+from ..paths import link_problem, project_root, resolve, why_unwritable
+from ..stages import DATA_BY_KEY, DATA_STAGES
+from .synthetic import perm_synthetic as generate, perm_synthetic_arrays, perm_synthetic_from_arrays
+from .text import TextClients, load_shakespeare
 from .vision import (DatasetUnavailableError, ImageData, SOURCES, Writers, canonical_name, file_digest,
                      load_dataset)
 
@@ -87,7 +94,6 @@ class TextSource(_Strict):
 
 def source_model(key: str):
     """The settings model of data stage ``key``'s ``data.<key>`` section (None for a stage without one)."""
-    from ..stages import DATA_BY_KEY
     if key not in DATA_BY_KEY or key == "perm_synthetic":
         return None
     return TextSource if key == "shakespeare" else ImageSource
@@ -123,10 +129,6 @@ def _files_digest(location: str) -> list[dict]:
 def write_folder(folder: Path, arrays: dict[str, np.ndarray], manifest: dict) -> Path:
     """Write ``arrays`` (name -> .npy) and manifest.json into ``folder`` in one step: built in a temp folder
     beside it and renamed into place, so a failure leaves the previous folder (or none), never half of one."""
-    import shutil
-    import tempfile
-
-    from ..io import default_file_mode
     folder = Path(folder)
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
@@ -183,7 +185,6 @@ _digests: dict[str, tuple[tuple[int, int, int, int, int], str]] = {}
 
 def _shown(path: Path) -> str:
     """``path`` relative to the project when it lies inside it (what the messages print)."""
-    from ..paths import project_root
     path = Path(path).absolute()
     root = project_root()
     return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
@@ -191,7 +192,6 @@ def _shown(path: Path) -> str:
 
 def _stage_of(folder: Path) -> str | None:
     """The data stage writing prepared folder ``folder`` (matched on its last path parts), else None."""
-    from ..stages import DATA_STAGES
     parts = Path(folder).absolute().parts
     for d in DATA_STAGES:
         for out in d.outs or (d.dataset,):
@@ -215,7 +215,6 @@ def _identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
 
 def _cache_file(path: Path) -> Path | None:
     """The digest cache of the project holding ``path`` (None outside a project: no file is written)."""
-    from ..paths import project_root
     root = project_root(path.parent)
     return root / DIGEST_CACHE if (root / "dvc.yaml").is_file() and (root / "params.yaml").is_file() else None
 
@@ -230,7 +229,6 @@ def _load_cache(cache: Path) -> dict:
 
 def _save_cache(cache: Path, new: dict) -> None:
     """Merge ``new`` into the cache file (dropping files that are gone); best effort, atomic rename."""
-    import tempfile
     try:
         entries = {k: v for k, v in _load_cache(cache).items() if os.path.exists(k)}
         entries.update(new)
@@ -273,7 +271,6 @@ def output_problem(folder: Path, root: Path) -> str | None:
     """Why a data stage cannot write its prepared ``folder`` (None: it can): it, or a folder above it inside the
     project, is a symbolic link or lies outside the project; its parent (where the new copy is built and renamed
     into place) or the folder itself (replaced, then removed) is not writable."""
-    from ..paths import link_problem, why_unwritable
     why = link_problem(folder, root) or why_unwritable(folder.parent) or (why_unwritable(folder) if folder.is_dir()
                                                                           else None)
     return None if why is None else why.replace(str(root) + os.sep, "")
@@ -384,7 +381,6 @@ def _require() -> bool:
 
 
 def _prepared_root(prepared: str | Path | None) -> Path:
-    from ..paths import resolve
     return resolve(prepared or PREPARED)
 
 
@@ -414,8 +410,6 @@ def images(name: str, *, root: str | Path = "data/raw", allow_download: bool = F
     when they exist: ``data/prepared/<name>`` if available, else (its manifest says unavailable) the
     substitute's prepared copy, labelled a substitute exactly as load_dataset labels it. Without prepared
     copies, the sources themselves (an error inside a pipeline stage)."""
-    from ..paths import resolve
-    from ..stages import DATA_STAGES
     key = canonical_name(name)
     labels = "coarse" if key == "cifar100-coarse" else "fine"
     base = "cifar100" if labels == "coarse" else key
@@ -437,7 +431,6 @@ def images(name: str, *, root: str | Path = "data/raw", allow_download: bool = F
 
 # --------------------------------------------------------------------------- Shakespeare
 def prepare_shakespeare(settings: TextSource, out: Path, root: Path) -> Path:
-    from .text import load_shakespeare
     tc = load_shakespeare(root / settings.root, settings.source, settings.test_fraction)
     arrays = {}
     for split in ("train", "test"):
@@ -468,8 +461,6 @@ def shakespeare(root: str | Path = "data/raw", source: str = "auto", test_fracti
                 prepared: str | Path | None = None):
     """``pflkit.data.text.load_shakespeare(root, source, test_fraction)``, from data/prepared/shakespeare when
     it was prepared for the same source and test_fraction."""
-    from ..paths import resolve
-    from .text import TextClients, load_shakespeare
     folder = _prepared_root(prepared) / "shakespeare"
     manifest = read_manifest(folder)
     request = {"source": source, "test_fraction": test_fraction}
@@ -491,7 +482,6 @@ def shakespeare(root: str | Path = "data/raw", source: str = "auto", test_fracti
 # --------------------------------------------------------------------------- PERM synthetic
 def prepare_synthetic(requests: list[dict], out: Path) -> Path:
     """PERM's synthetic federations for one stage: one set of arrays per request (its seed)."""
-    from .synthetic import perm_synthetic_arrays
     arrays, groups = {}, {}
     for req in requests:
         x, y, group, _ = perm_synthetic_arrays(req["num_clients"], req["samples_per_client"], req["dim"],
@@ -508,8 +498,6 @@ def perm_synthetic(num_clients: int, samples_per_client: int, dim: int, test_fra
                    folder: str | Path | None = None):
     """``pflkit.data.synthetic.perm_synthetic(...)``, from a prepared folder (``data/prepared/perm-synthetic/
     <stage>``) when it holds this exact request."""
-    from .synthetic import perm_synthetic as generate
-    from .synthetic import perm_synthetic_from_arrays
     request = {"num_clients": num_clients, "samples_per_client": samples_per_client, "dim": dim,
                "test_fraction": test_fraction, "seed": seed}
     folder = None if folder is None else _prepared_root(folder)

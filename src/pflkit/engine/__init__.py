@@ -1,7 +1,7 @@
 """The batched multi-client engine: stacked parameters, vmap(grad) over clients, local SGD."""
 from ..device import resolve_device
-from .functional import FunctionalModel
 from .full_batch import full_gradients, full_gradients_at
+from .functional import FunctionalModel
 from .local_sgd import local_sgd
 from .params import Params, broadcast, flatten, init_params, mean, num_models, take
 

@@ -6,10 +6,10 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.modules.dropout import _DropoutNd
 from torch.func import functional_call, grad_and_value, vmap
+from torch.nn.modules.dropout import _DropoutNd
 
-from .params import Params
+from .params import Params, init_params
 from .stacked import StackedSequential, compile_sequential
 from .stacked_conv import CONV_LAYOUTS, conv_layout_for
 
@@ -96,7 +96,6 @@ class FunctionalModel:
         return not (torch.is_grad_enabled() and any(v.requires_grad for v in params.values()))
 
     def init(self, seed: int) -> Params:
-        from .params import init_params
         return init_params(self.factory, seed, self.device)
 
     def forward(self, params: Params, x: Tensor) -> Tensor:

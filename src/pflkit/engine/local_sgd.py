@@ -11,8 +11,8 @@ from torch import Tensor
 
 from ..data.draws import as_draws
 from ..data.federated import FederatedDataset
-from .functional import FunctionalModel
 from .full_batch import over_buckets, rows_per_call
+from .functional import FunctionalModel
 from .params import Params, num_models, scale_like
 
 

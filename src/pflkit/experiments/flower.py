@@ -13,9 +13,10 @@ import time
 from typing import Literal
 
 import pandas as pd
+import torch
 from pydantic import Field, field_validator
 
-from ..config import unique
+from ..config import load_params, resolve_threads, stage_values, unique
 from ..engine import FunctionalModel
 from ..eval import HISTORY_COLUMNS
 from ..flower import ENGINE_NAMES, INSTALL_HINT, flower_installed
@@ -235,10 +236,6 @@ def command(engine: str, profile: str = "default", params: str = "params.yaml", 
     working folder, which it names; ``insecure`` turns TLS and node authentication off); prints the final table,
     the verdicts and the seconds per round. Exit status 0 when the engine reproduces in-process within
     the tolerance, 1 when it does not, 2 when Flower is missing."""
-    import torch
-
-    from ..config import load_params, resolve_threads, stage_values
-
     values = stage_values(load_params(params), "flower_equivalence", profile)
     overrides = {"num_clients": clients, "rounds": rounds, "methods": methods}
     values.update({k: v for k, v in overrides.items() if v is not None})

@@ -36,8 +36,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import OFFLINE_ENV, require_flower
+import torch
+
 from ..data.federated import FederatedDataset
+from . import OFFLINE_ENV, require_flower
 from .client import write_partitions
 from .credentials import Credentials, make_credentials
 from .spec import RunSpec, specs_to_json
@@ -390,7 +392,6 @@ class Run:
             errors = [line for line in log.splitlines() if "Error:" in line and not line.startswith(" ")]
             raise RuntimeError("the ServerApp failed" + (f": {errors[-1]}" if errors else "") + " (no results; "
                                f"`flwr run` exited with {self.proc.returncode}); the end of its log:\n" + log)
-        import torch
 
         out = json.loads(self.results.read_text())
         out["states"] = torch.load(self.results.with_suffix(".pt"), weights_only=True)

@@ -5,6 +5,7 @@ that a start-up Ray gives up on is retried and, failing that, reported as a :cla
 names the fix; Flower's backend shuts Ray down at the end, also when the run fails."""
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -57,7 +58,6 @@ def simulate(specs: list[RunSpec], *, num_cpus: int = 2, object_store_mb: int = 
         raise ValueError(f"num_cpus must be an integer >= 1 (Ray actors, one CPU each), got {num_cpus!r}")
     if isinstance(object_store_mb, bool) or not isinstance(object_store_mb, int) or object_store_mb < 80:
         raise ValueError(f"object_store_mb must be an integer >= 80 (Ray's minimum), got {object_store_mb!r}")
-    import logging
 
     # offline before Flower and Ray start: Flower reads its switches when flwr is first imported (below), Ray
     # at ray.init, and Ray's workers inherit this process's environment

@@ -15,11 +15,11 @@ from dataclasses import asdict, dataclass, field
 from ..algorithms import (MAML, PERM, FedAvg, Local, LocalizedFedAvg, LocalUpdate, PartialFedAvg, PerFedAvg, PERMHetero,
                           PFedMe)
 from ..algorithms.server_opt import ServerOpt
-from ..theory.surrogate import Theta
 from ..data.federated import BATCH_ORDERS, FederatedDataset
 from ..data.synthetic import perm_synthetic
 from ..engine.functional import FunctionalModel
 from ..models import MODELS, build
+from ..theory.surrogate import Theta
 
 #: the algorithm classes a federated engine knows by name; any other method is named by its import path
 #: ("package.module:Class", every process of a run imports it). A class runs only where its ``federated``

@@ -6,6 +6,10 @@ import math
 
 from torch import nn
 
+from .femnist import femnist_cnn
+from .lstm import char_lstm
+from .resnet import resnet18_gn
+
 MODELS = ("logistic", "mlp", "cnn", "femnist_cnn", "resnet18_gn", "char_lstm")
 
 
@@ -55,13 +59,10 @@ def build(name: str, input_shape: tuple[int, ...], num_classes: int, **kwargs) -
     if name == "cnn":
         return cnn(input_shape, num_classes, **kwargs)
     if name == "femnist_cnn":
-        from .femnist import femnist_cnn
         return femnist_cnn(input_shape, num_classes, **kwargs)
     if name == "resnet18_gn":
-        from .resnet import resnet18_gn
         return resnet18_gn(input_shape, num_classes, **kwargs)
     if name == "char_lstm":  # input_shape is (sequence length,); the classes are the vocabulary
-        from .lstm import char_lstm
         return char_lstm(vocab_size=num_classes, **kwargs)
     raise ValueError(f"model must be one of {MODELS}, got {name!r}")
 

@@ -25,6 +25,7 @@ a = 0, WGA is b = 0 and c_0 = 0; the bias oracle replaces c_t by -h zeta + N(0, 
 from __future__ import annotations
 
 import numpy as np
+from scipy.linalg import solve_discrete_lyapunov
 
 __all__ = ["cumulative_bias", "wga_rate_factor", "wga_optimal_weight", "wga_speedup",
            "oracle_rate_factor", "oracle_optimal_weight", "variance_reduction",
@@ -171,8 +172,6 @@ def stationary_loss(*, eta: float, N: int, sigma: float, zeta=1.0, a: float = 0.
     """lim_{t -> inf} of :func:`expected_loss` (the method's loss floor at step size eta), by solving the
     discrete Lyapunov equation of the (x, c) recursion. For b = 0 (WGA) this is, per coordinate,
     h (a zeta)^2 / 2 + eta h^2 v / (2 (2 - eta h)) with v = ((1-a)^2 + a^2/N) sigma^2."""
-    from scipy.linalg import solve_discrete_lyapunov
-
     zeta, h = np.broadcast_arrays(np.atleast_1d(np.asarray(zeta, float)), np.atleast_1d(np.asarray(curvature, float)))
     total = 0.0
     for z, hk in zip(zeta, h):
