@@ -209,6 +209,13 @@ CASES = [
     ("repeated-method", put("perm_fig1", "methods", ["perm", "fedavg", "perm"]),
      "perm_fig1.methods: must not repeat", None),
     ("repeated-seed", put("perm_fig2", "seeds", [0, 1, 1]), "perm_fig2.seeds: must not repeat", None),
+    # one method registry (experiments.curves.METHODS), each stage naming only its family's keys
+    ("curve-stage-names-hetero-method", put("perm_fig1", "methods", ["perm", "heterofl"]),
+     "perm_fig1.methods: must be a non-empty list from", "['heterofl']"),
+    ("hetero-stage-names-curve-method", put("perm_hetero", "methods", ["perm_hetero", "pfedme"]),
+     "perm_hetero.methods: must be a non-empty list from", "['pfedme']"),
+    ("curve-lr-names-hetero-method", put("perm_fig1", "lr.heterofl", 0.1), "perm_fig1.lr: lr maps method names",
+     "'heterofl'"),
     ("fig3-threads-auto", put("perm_fig3", "threads", "auto"),
      "perm_fig3.threads: Input should be a valid integer", "'auto'"),
     # --- 9. messages: one echo, the key of a cross-key rule, no long echo, no doubled stage name

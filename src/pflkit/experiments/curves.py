@@ -11,15 +11,16 @@ import multiprocessing
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Callable, Literal, NamedTuple
+from typing import Annotated, Callable, Literal, NamedTuple
 
 import pandas as pd
 import torch
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from .. import model_store, progress
 from ..algorithms import FedAvg, Local, LocalizedFedAvg, PerFedAvg, PFedMe
 from ..algorithms.perm import ALPHA_INITS, ALPHA_SOLVERS, PERM
+from ..algorithms.perm_hetero import PartialFedAvg, PERMHetero
 from ..algorithms.round import WEIGHTINGS
 from ..config import Section, Seeds, StageConfig, names_from, one_of, raise_problems
 from ..data.federated import BATCH_ORDERS, FederatedDataset, data_digest
@@ -111,16 +112,47 @@ def _pfedme(m, c):
                   batch_size=c.batch_size, inner_steps=p.inner_steps, beta=p.beta, **_server(c))
 
 
+def _perm_hetero(discrepancy: str | None = None):
+    """PERM-hetero from the ``perm`` section (``discrepancy``: the section's, or this one: 'paper' is Sec. 3.3's
+    D as written, shown beside it); its warm-up FedAvg runs at HeteroFL's lr."""
+    key = "perm_hetero" if discrepancy is None else f"perm_hetero_{discrepancy}"
+
+    def make(m, c, spec, fractions):
+        p = c.perm
+        return PERMHetero(m, spec, fractions=fractions, local_steps=c.local_steps, lr=c.lr[key],
+                          batch_size=c.batch_size, lam=p.lam, extraction=p.extraction, complexity=p.complexity,
+                          alpha_solver=p.alpha_solver, alpha_steps=p.alpha_steps, alpha_samples=p.alpha_samples,
+                          global_lr=p.global_lr, global_steps=p.global_steps, warmup_rounds=p.warmup_rounds,
+                          warmup_lr=c.lr.get("heterofl"), alpha_init=p.alpha_init, update_every=p.update_every,
+                          discrepancy=discrepancy or p.discrepancy, name=METHODS[key].name)
+    return make
+
+
+def _partial(key: str, extraction: str, smallest: bool = False):
+    """Partial-training FedAvg (static: HeteroFL, rolling: FedRolex) fine-tuned locally; ``smallest``: everyone
+    trains the smallest budget's model (small-model FedAvg)."""
+    def make(m, c, spec, fractions):
+        widths = [min(c.budgets)] * len(fractions) if smallest else fractions
+        return PartialFedAvg(m, spec, fractions=widths, extraction=extraction, local_steps=c.local_steps,
+                             lr=c.lr[key], batch_size=c.batch_size, finetune_steps=c.finetune_steps,
+                             finetune_lr=c.finetune_lr, name=METHODS[key].name)
+    return make
+
+
 class Method(NamedTuple):
     """A registry entry: the display name (history, tables, figures), the algorithm class (what it declares:
-    ``federated``, ``tolerates_missing``) and the factory ``make(model, cfg)`` reading the config's fields."""
+    ``federated``, ``tolerates_missing``), the factory reading the config's fields, and the stages that run it:
+    ``family`` "curves" (PERM's curve, timing and Flower stages: ``make(model, cfg)``) or "hetero" (perm_hetero,
+    whose clients train sub-models: ``make(model, cfg, spec, fractions)``, the width spec and each client's
+    budget)."""
     name: str
     make: Callable
     algorithm: type
+    family: Literal["curves", "hetero"] = "curves"
 
 
-# method key (params.yaml) -> Method; the one registry of the curve, timing and Flower stages (perm_hetero and
-# charles_nn keep their own tables: DESIGN.md "Not yet in this shape")
+# method key (params.yaml) -> Method: the one registry of every stage that runs methods by key (charles_nn's grids
+# are settings of one method, LocalUpdate)
 METHODS: dict[str, Method] = {
     "local": Method("Local", _local, Local),
     "fedavg": Method("FedAvg", _fedavg, FedAvg),
@@ -130,18 +162,38 @@ METHODS: dict[str, Method] = {
     "perfedavg_fo": Method("Per-FedAvg (FO)", _perfedavg("fo"), PerFedAvg),
     "perfedavg_hf": Method("Per-FedAvg (HF)", _perfedavg("hf"), PerFedAvg),
     "pfedme": Method("pFedMe", _pfedme, PFedMe),
+    "perm_hetero": Method("PERM-hetero", _perm_hetero(), PERMHetero, "hetero"),
+    "perm_hetero_paper": Method("PERM-hetero (paper D)", _perm_hetero("paper"), PERMHetero, "hetero"),
+    "heterofl": Method("HeteroFL + FT", _partial("heterofl", "static"), PartialFedAvg, "hetero"),
+    "fedrolex": Method("FedRolex + FT", _partial("fedrolex", "rolling"), PartialFedAvg, "hetero"),
+    "small_fedavg": Method("Small-model FedAvg + FT", _partial("small_fedavg", "static", smallest=True), PartialFedAvg,
+                           "hetero"),
 }
+
+
+def family(name: str) -> tuple[str, ...]:
+    """The method keys of one family (``Method.family``): what a stage of that family may name."""
+    return tuple(k for k, m in METHODS.items() if m.family == name)
+
+
+CURVE_METHODS, HETERO_METHODS = family("curves"), family("hetero")
 #: the method keys a federated engine runs: those whose class declares ``federated = True`` (the others say why not)
 FEDERATED_METHODS = tuple(k for k, m in METHODS.items() if m.algorithm.federated is True)
-MethodNames = names_from(METHODS)
+MethodNames = names_from(CURVE_METHODS)
 
 
-def check_lrs(lr: dict) -> dict:
-    """``lr`` unchanged, or a ValueError: it maps method names (``METHODS``) to step sizes > 0."""
-    bad = {k: x for k, x in lr.items() if k not in METHODS or not x > 0}
-    if bad:
-        raise ValueError(f"lr maps method names {sorted(METHODS)} to values > 0; bad entries: {bad}")
-    return lr
+def step_sizes(keys: tuple[str, ...]):
+    """A stage's ``lr`` field: a mapping from method keys of ``keys`` (a family's) to step sizes > 0; the error
+    names the keys and the bad entries."""
+    def check(lr: dict) -> dict:
+        bad = {k: x for k, x in lr.items() if k not in keys or not x > 0}
+        if bad:
+            raise ValueError(f"lr maps method names {sorted(keys)} to values > 0; bad entries: {bad}")
+        return lr
+    return Annotated[dict[str, float], AfterValidator(check)]
+
+
+CurveStepSizes, HeteroStepSizes = step_sizes(CURVE_METHODS), step_sizes(HETERO_METHODS)
 
 
 def missing_lrs(lr: dict, methods: list[str]) -> list[tuple[str, str]]:
@@ -156,7 +208,7 @@ class RunConfig(StageConfig):
     rounds: int = Field(ge=1)
     local_steps: int = Field(ge=1)
     batch_size: int = Field(ge=1)
-    lr: dict[str, float]
+    lr: CurveStepSizes
     finetune_steps: int = Field(ge=1)
     finetune_lr: float = Field(gt=0)
     methods: MethodNames
@@ -172,11 +224,6 @@ class RunConfig(StageConfig):
     perm_alpha: PermSection  # method perm_alpha: PERM(visit='alpha') with its own lambda etc.
     perfedavg: PerFedAvgSection
     pfedme: PFedMeSection
-
-    @field_validator("lr")
-    @classmethod
-    def _lr(cls, v):
-        return check_lrs(v)
 
     @model_validator(mode="after")
     def _lr_for_each_method(self):

@@ -38,7 +38,7 @@ from ..paths import resolve
 from ..progress import note
 from ..report import StageResult
 from . import curves
-from .curves import (METHODS, MethodNames, PerFedAvgSection, PermSection, PFedMeSection, RunConfig, check_lrs,
+from .curves import (METHODS, CurveStepSizes, MethodNames, PerFedAvgSection, PermSection, PFedMeSection, RunConfig,
                      missing_lrs, run_curves)
 from .curves import save_models  # noqa: F401  (the notebooks' ``experiment.save_models``: the shared one)
 from .images import DatasetSection, dataset_record, image_federation, load_images
@@ -630,7 +630,7 @@ class PermFig3Config(StageConfig):
     methods: MethodNames
     repeats: int = Field(ge=1)
     #: the methods' step sizes and localized FedAvg's fine-tuning (a timing: any small step will do)
-    lr: dict[str, float]
+    lr: CurveStepSizes
     finetune_steps: int = Field(ge=1)
     finetune_lr: float = Field(gt=0)
     perm: PermSection
@@ -641,11 +641,6 @@ class PermFig3Config(StageConfig):
     @classmethod
     def _threads(cls, v):  # replaces StageConfig's (int or 'auto'): the field's own rule applies
         return v
-
-    @field_validator("lr")
-    @classmethod
-    def _lr(cls, v):
-        return check_lrs(v)
 
     @model_validator(mode="after")
     def _lr_for_each_method(self):

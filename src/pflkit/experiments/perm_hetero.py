@@ -27,7 +27,7 @@ import torch
 from pydantic import Field, field_validator, model_validator
 
 from .. import model_store
-from ..algorithms.perm_hetero import DISCREPANCIES, PartialFedAvg, PERMHetero
+from ..algorithms.perm_hetero import DISCREPANCIES
 from ..config import (PositiveInt, Section, Seed, Seeds, StageConfig, federated_memory, image_features,
                       image_partition_problems, names_from, one_of, raise_problems)
 from ..engine import FunctionalModel, resolve_device
@@ -35,15 +35,11 @@ from ..eval import evaluate, majority_baseline
 from ..models.width import EXTRACTIONS, masks_for, mlp_spec, num_parameters
 from ..report import StageResult, environment
 from ..runner import run_methods
-from .curves import PermSection
+from .curves import HETERO_METHODS, METHODS, HeteroStepSizes, PermSection, missing_lrs
 from .curves import save_models  # noqa: F401  (the notebook's ``experiment.save_models``: the shared one)
 from .images import DatasetSection, dataset_record, image_federation, load_images
 
-METHOD_NAMES = {"perm_hetero": "PERM-hetero", "perm_hetero_paper": "PERM-hetero (paper D)",
-                "heterofl": "HeteroFL + FT", "fedrolex": "FedRolex + FT", "small_fedavg": "Small-model FedAvg + FT"}
-
-
-MethodNames = names_from(METHOD_NAMES)
+MethodNames = names_from(HETERO_METHODS)
 Extraction = one_of(EXTRACTIONS)
 Discrepancy = one_of(DISCREPANCIES)
 
@@ -71,7 +67,7 @@ class PermHeteroConfig(StageConfig):
     rounds: int = Field(ge=1)
     local_steps: int = Field(ge=1)
     batch_size: int = Field(ge=1)
-    lr: dict[str, float]
+    lr: HeteroStepSizes
     finetune_steps: int = Field(ge=0)
     finetune_lr: float = Field(gt=0)
     methods: MethodNames
@@ -94,12 +90,7 @@ class PermHeteroConfig(StageConfig):
 
     @model_validator(mode="after")
     def _cross_checks(self):
-        problems = []
-        missing = [m for m in self.methods if m not in self.lr]
-        bad = {k: x for k, x in self.lr.items() if k not in METHOD_NAMES or not x > 0}
-        if missing or bad:
-            problems.append(("lr", f"needs a value > 0 for each method of {sorted(METHOD_NAMES)}; missing {missing}, "
-                                   f"bad entries {bad}"))
+        problems = missing_lrs(self.lr, self.methods)
         if self.num_clients < len(self.budgets):
             problems.append(("num_clients", f"{self.num_clients} is fewer than the {len(self.budgets)} budgets; "
                                             f"allowed: num_clients >= {len(self.budgets)}"))
@@ -117,27 +108,6 @@ def client_budgets(cfg: PermHeteroConfig) -> list[float]:
     for rank, client in enumerate(order):
         out[int(client)] = float(cfg.budgets[rank % len(cfg.budgets)])
     return out
-
-
-def make_method(key: str, model: FunctionalModel, spec, fractions: list[float], cfg: PermHeteroConfig):
-    name = METHOD_NAMES[key]
-    common = dict(local_steps=cfg.local_steps, lr=cfg.lr[key], batch_size=cfg.batch_size)
-    if key in ("perm_hetero", "perm_hetero_paper"):
-        p = cfg.perm
-        if key == "perm_hetero_paper":
-            p = p.model_copy(update={"discrepancy": "paper"})
-        return PERMHetero(model, spec, fractions=fractions, lam=p.lam, extraction=p.extraction,
-                          complexity=p.complexity, alpha_solver=p.alpha_solver, alpha_steps=p.alpha_steps,
-                          alpha_samples=p.alpha_samples, global_lr=p.global_lr, global_steps=p.global_steps,
-                          warmup_rounds=p.warmup_rounds, warmup_lr=cfg.lr.get("heterofl"), alpha_init=p.alpha_init,
-                          update_every=p.update_every, discrepancy=p.discrepancy, name=name, **common)
-    ft = dict(finetune_steps=cfg.finetune_steps, finetune_lr=cfg.finetune_lr, name=name)
-    if key == "heterofl":
-        return PartialFedAvg(model, spec, fractions=fractions, extraction="static", **ft, **common)
-    if key == "fedrolex":
-        return PartialFedAvg(model, spec, fractions=fractions, extraction="rolling", **ft, **common)
-    smallest = [min(cfg.budgets)] * len(fractions)
-    return PartialFedAvg(model, spec, fractions=smallest, extraction="static", **ft, **common)
 
 
 def cost_table(cfg: PermHeteroConfig, spec, fractions: list[float], mean_train_size: float) -> pd.DataFrame:
@@ -185,7 +155,7 @@ def cost_table(cfg: PermHeteroConfig, spec, fractions: list[float], mean_train_s
             flops, comm, params, peak = 6 * held * bk + ft, 8 * held, held, held
         for r in sorted(set(fractions), reverse=True):
             sel = f == r
-            rows.append({"method": METHOD_NAMES[key], "budget": r, "params": float(params[sel].mean()),
+            rows.append({"method": METHODS[key].name, "budget": r, "params": float(params[sel].mean()),
                          "peak_memory_mb": float(8 * peak[sel].max() / 1e6),
                          "train_mflops_per_round": float(flops[sel].mean() / 1e6),
                          "comm_mb_per_round": float(comm[sel].mean() / 1e6),
@@ -200,7 +170,7 @@ def _setup(cfg: PermHeteroConfig):
     spec = mlp_spec(img.shape, img.num_classes, hidden=tuple(cfg.hidden))
     model = FunctionalModel(spec.factory(), device)
     fractions = client_budgets(cfg)
-    methods = {METHOD_NAMES[k]: (lambda k=k: make_method(k, model, spec, fractions, cfg)) for k in cfg.methods}
+    methods = {METHODS[k].name: (lambda k=k: METHODS[k].make(model, cfg, spec, fractions)) for k in cfg.methods}
     datasets = {}
 
     def data_for_seed(seed):
@@ -214,7 +184,7 @@ def _client_rows(methods: dict, model, fractions: list[float], states: dict) -> 
     """Per method, seed and client: the personalized test accuracy and the trained parameter count."""
     rows = []
     for (name, seed), state in states.items():
-        key = next(k for k, v in METHOD_NAMES.items() if v == name)
+        key = next(k for k in HETERO_METHODS if METHODS[k].name == name)
         algo = methods[name]()
         personal = algo.personalized(state)
         acc = evaluate(model, personal, state.data).accuracy
@@ -286,10 +256,10 @@ def check_claim(cfg: PermHeteroConfig, per_seed: pd.DataFrame, clients: pd.DataF
     if "perm_hetero" not in cfg.methods:
         return out
     means = per_seed.groupby(["method", "budget"])["accuracy"].mean()
-    baselines = [METHOD_NAMES[k] for k in cfg.methods if not k.startswith("perm_hetero")]
+    baselines = [METHODS[k].name for k in cfg.methods if not k.startswith("perm_hetero")]
     holds = fits
     for r in sorted(set(cfg.budgets), reverse=True):
-        ours = float(means[(METHOD_NAMES["perm_hetero"], r)])
+        ours = float(means[(METHODS["perm_hetero"].name, r)])
         best_name, best = max(((b, float(means[(b, r)])) for b in baselines), key=lambda t: t[1],
                               default=(None, float("nan")))
         ok = best_name is None or ours >= best - cfg.claim.tolerance
