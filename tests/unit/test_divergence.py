@@ -39,7 +39,8 @@ def _tiny_fig1(**overrides):
     settings = dict(
         stage="perm_fig1", results_dir="build/t", figures_dir="build/t", device="cpu", num_clients=6,
         samples_per_client=30, dim=5, test_fraction=0.2, rounds=6, local_steps=2, batch_size=5,
-        lr={k: 0.1 for k in curves.METHODS}, finetune_steps=2, finetune_lr=0.1, methods=list(curves.METHODS),
+        lr={k: 0.1 for k in curves.CURVE_METHODS}, finetune_steps=2, finetune_lr=0.1,
+        methods=list(curves.CURVE_METHODS),
         seeds=[0, 1],
         eval_every=2, perm=perm_section(lam=3.0, alpha_solver="gd", global_lr=0.1, update_every=2),
         perfedavg=perfedavg_section(alpha=0.02),
@@ -172,7 +173,7 @@ BROKEN = [("local", {"lr": {"local": 1e6}}), ("fedavg", {"lr": {"fedavg": 1e6}})
 
 
 def test_broken_methods_table_covers_every_method():
-    assert sorted(m for m, _ in BROKEN) == sorted(curves.METHODS)
+    assert sorted(m for m, _ in BROKEN) == sorted(curves.CURVE_METHODS)
 
 
 @pytest.mark.parametrize("method,overrides", BROKEN, ids=[m for m, _ in BROKEN])

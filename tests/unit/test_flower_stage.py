@@ -33,7 +33,9 @@ def test_the_stage_accepts_the_methods_whose_class_declares_federated():
     from pflkit.experiments.curves import FEDERATED_METHODS, METHODS
     assert FEDERATED_METHODS == ("fedavg", "localized_fedavg", "perm", "perm_alpha", "perfedavg_fo", "perfedavg_hf",
                                  "pfedme")
-    assert set(METHODS) - set(FEDERATED_METHODS) == {"local"}
+    refused = set(METHODS) - set(FEDERATED_METHODS)  # each class says why in ``federated``
+    assert refused == {"local", "perm_hetero", "perm_hetero_paper", "heterofl", "fedrolex", "small_fedavg"}
+    assert all(isinstance(METHODS[k].algorithm.federated, str) for k in refused)
     every = list(FEDERATED_METHODS)
     assert _cfg(methods=every, lr={k: 0.1 for k in every}).methods == every
 

@@ -224,7 +224,8 @@ def test_checkpoints_never_unpickle_objects(tmp_path, monkeypatch):
 
 SETTINGS = dict(stage="perm_fig1", results_dir="x", figures_dir="y", device="cpu", num_clients=6,
                 samples_per_client=30, dim=5, test_fraction=0.2, rounds=7, local_steps=2, batch_size=5,
-                lr={k: 0.1 for k in curves.METHODS}, finetune_steps=2, finetune_lr=0.1, methods=list(curves.METHODS),
+                lr={k: 0.1 for k in curves.CURVE_METHODS}, finetune_steps=2, finetune_lr=0.1,
+                methods=list(curves.CURVE_METHODS),
                 seeds=[0], eval_every=2,
                 perm=perm_section(lam=3.0, alpha_solver="gd", global_lr=0.1, update_every=2, warmup_rounds=2,
                                   alpha_init="estimate"),
@@ -249,7 +250,7 @@ def _stop_after(algo, rounds_done):
 
 
 @pytest.mark.parametrize("every, stop", [(1, 5), (2, 5), (3, 6)])
-@pytest.mark.parametrize("key", sorted(curves.METHODS))
+@pytest.mark.parametrize("key", sorted(curves.CURVE_METHODS))
 def test_resumed_run_equals_uninterrupted(tmp_path, key, every, stop):
     cfg = build("perm_fig1", **SETTINGS)
     model = FunctionalModel(lambda: logistic((5,), 2))
