@@ -42,7 +42,6 @@ from .config import (DEFAULT_PROFILE, PROFILES_KEY, RUNNER_KEYS, ConfigError, lo
 from .notebooks import RUNTIMES_LOG
 from .paths import project_root
 from .reproduce import chosen_stages, validate_stages
-from .stages import profile_path
 
 #: rounds of a curve stage (PERM's, perm_hetero, flower_equivalence): perm_fig2 (paper) diverged at round 20
 CURVE_ROUNDS = 25
@@ -212,7 +211,7 @@ def _remap(value, profile: str):
         if value.startswith(f"build/{profile}/"):
             return f"build/{target}/" + value.removeprefix(f"build/{profile}/")
         if profile == DEFAULT_PROFILE and value.startswith(("models/", "results/")):
-            return profile_path(value, target)
+            return table.profile_path(value, target)
     return value
 
 

@@ -31,7 +31,6 @@ from .config import ConfigError, DEFAULT_PROFILE, PARAMS_ENV, load_params, resol
 from .device import device_name, resolve_device
 from .paths import link_problem, project_root, why_unwritable as _why_unwritable
 from .stage_env import PROGRESS, TWIN_SHA256 as TWIN_SHA256_ENV
-from .stages import PIPELINE_PROFILES, profile_path
 
 KERNEL = "pflkit"
 
@@ -249,7 +248,7 @@ def stage_outputs(stage: str, root: Path, profile: str = DEFAULT_PROFILE) -> lis
     paths = []
     for key in ("outs", "metrics", "plots"):
         for entry in spec.get(key, []) or []:
-            paths.append(root / profile_path(entry if isinstance(entry, str) else next(iter(entry)), profile))
+            paths.append(root / stages.profile_path(entry if isinstance(entry, str) else next(iter(entry)), profile))
     return paths
 
 
@@ -395,7 +394,7 @@ def _kernel_environment(progress: Path, code: bytes, params_file: Path, profile:
     return {PROGRESS: str(progress), TWIN_SHA256_ENV: hashlib.sha256(code).hexdigest(),
             PARAMS_ENV: str(params_file),
             # the pipeline's stages read data only from the data stages' outputs (DVC deps)
-            REQUIRE_PREPARED_ENV: "1" if profile == DEFAULT_PROFILE or profile in PIPELINE_PROFILES else "0"}
+            REQUIRE_PREPARED_ENV: "1" if profile == DEFAULT_PROFILE or profile in stages.PIPELINE_PROFILES else "0"}
 
 
 def _prepare_run(stage: str, outputs: list[Path], running: Path, folders: list[Path], twin: Path, code: bytes,
@@ -433,7 +432,7 @@ def _stage_paths(stage: str, notebook: Path, root: Path, profile: str, cfg) -> t
         raise StageError(f"stage {stage}: no py:percent twin {twin_of(notebook)}; the stage executes the twin "
                          f"(the file DVC tracks): create it with `jupytext --set-formats ipynb,py:percent {notebook}`")
     report_rel = PurePosixPath("reports") / notebook.with_suffix(".ipynb").relative_to("notebooks")
-    report = root / profile_path(str(report_rel), profile)
+    report = root / stages.profile_path(str(report_rel), profile)
     outputs = stage_outputs(stage, root, profile)
     if report not in outputs:
         outputs.append(report)
