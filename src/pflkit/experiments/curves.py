@@ -112,19 +112,28 @@ def _pfedme(m, c):
                   batch_size=c.batch_size, inner_steps=p.inner_steps, beta=p.beta, **_server(c))
 
 
-def _perm_hetero(discrepancy: str | None = None):
-    """PERM-hetero from the ``perm`` section (``discrepancy``: the section's, or this one: 'paper' is Sec. 3.3's
-    D as written, shown beside it); its warm-up FedAvg runs at HeteroFL's lr."""
-    key = "perm_hetero" if discrepancy is None else f"perm_hetero_{discrepancy}"
+#: PERM-hetero's method keys -> the discrepancy each runs with (None: the ``perm`` section's; 'paper': Sec. 3.3's D
+#: as written, shown beside it)
+PERM_HETERO_DISCREPANCY = {"perm_hetero": None, "perm_hetero_paper": "paper"}
 
+
+def perm_hetero_section(key: str, c):
+    """The ``perm`` section PERM-hetero's method ``key`` runs with (a PERM_HETERO_DISCREPANCY key): the config's,
+    its discrepancy replaced where the key names one."""
+    discrepancy = PERM_HETERO_DISCREPANCY[key]
+    return c.perm if discrepancy is None else c.perm.model_copy(update={"discrepancy": discrepancy})
+
+
+def _perm_hetero(key: str):
+    """PERM-hetero from its ``perm`` section (``perm_hetero_section``); its warm-up FedAvg runs at HeteroFL's lr."""
     def make(m, c, spec, fractions):
-        p = c.perm
+        p = perm_hetero_section(key, c)
         return PERMHetero(m, spec, fractions=fractions, local_steps=c.local_steps, lr=c.lr[key],
                           batch_size=c.batch_size, lam=p.lam, extraction=p.extraction, complexity=p.complexity,
                           alpha_solver=p.alpha_solver, alpha_steps=p.alpha_steps, alpha_samples=p.alpha_samples,
                           global_lr=p.global_lr, global_steps=p.global_steps, warmup_rounds=p.warmup_rounds,
                           warmup_lr=c.lr.get("heterofl"), alpha_init=p.alpha_init, update_every=p.update_every,
-                          discrepancy=discrepancy or p.discrepancy, name=METHODS[key].name)
+                          discrepancy=p.discrepancy, name=METHODS[key].name)
     return make
 
 
@@ -162,8 +171,8 @@ METHODS: dict[str, Method] = {
     "perfedavg_fo": Method("Per-FedAvg (FO)", _perfedavg("fo"), PerFedAvg),
     "perfedavg_hf": Method("Per-FedAvg (HF)", _perfedavg("hf"), PerFedAvg),
     "pfedme": Method("pFedMe", _pfedme, PFedMe),
-    "perm_hetero": Method("PERM-hetero", _perm_hetero(), PERMHetero, "hetero"),
-    "perm_hetero_paper": Method("PERM-hetero (paper D)", _perm_hetero("paper"), PERMHetero, "hetero"),
+    "perm_hetero": Method("PERM-hetero", _perm_hetero("perm_hetero"), PERMHetero, "hetero"),
+    "perm_hetero_paper": Method("PERM-hetero (paper D)", _perm_hetero("perm_hetero_paper"), PERMHetero, "hetero"),
     "heterofl": Method("HeteroFL + FT", _partial("heterofl", "static"), PartialFedAvg, "hetero"),
     "fedrolex": Method("FedRolex + FT", _partial("fedrolex", "rolling"), PartialFedAvg, "hetero"),
     "small_fedavg": Method("Small-model FedAvg + FT", _partial("small_fedavg", "static", smallest=True), PartialFedAvg,

@@ -35,7 +35,8 @@ from ..eval import evaluate, majority_baseline
 from ..models.width import EXTRACTIONS, masks_for, mlp_spec, num_parameters
 from ..report import StageResult, environment
 from ..runner import run_methods
-from .curves import HETERO_METHODS, METHODS, HeteroStepSizes, PermSection, missing_lrs
+from .curves import (HETERO_METHODS, METHODS, PERM_HETERO_DISCREPANCY, HeteroStepSizes, PermSection, missing_lrs,
+                     perm_hetero_section)
 from .curves import save_models  # noqa: F401  (the notebook's ``experiment.save_models``: the shared one)
 from .images import DatasetSection, dataset_record, image_federation, load_images
 
@@ -131,8 +132,8 @@ def cost_table(cfg: PermHeteroConfig, spec, fractions: list[float], mean_train_s
     bk = cfg.batch_size * cfg.local_steps
     rows = []
     for key in cfg.methods:
-        if key in ("perm_hetero", "perm_hetero_paper"):
-            p = cfg.perm if key == "perm_hetero" else cfg.perm.model_copy(update={"discrepancy": "paper"})
+        if key in PERM_HETERO_DISCREPANCY:
+            p = perm_hetero_section(key, cfg)
             n = cfg.num_clients
             period = n if p.update_every == "epoch" else p.update_every
             shuffle = pair.mean(1)  # host j: mean over visiting models i of P(min(r_i, r_j))
