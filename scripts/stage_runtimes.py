@@ -17,6 +17,7 @@ import csv
 import io
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,8 +100,13 @@ def to_markdown(table: list[dict]) -> str:
         lower = any(cell[(s, p, d)]["how"].startswith("lower") for s in order if (s, p, d) in cell)
         totals.append(f"**{'> ' if lower else ''}{duration(str(sum(got)))}** ({len(got)} stages)")
     lines.append("| **all** | " + " | ".join(totals) + " |")
-    machines = sorted({f"{r['device']}: {r['cpu']}, {r['threads']} torch thread(s)" for r in table})
-    notes = ["", "Measured on " + "; ".join(machines) + ". Whole runs are the latest successful run of each stage "
+    machines = []  # per column, the machines its rows ran on (with counts where they differ)
+    for p, d in devices:
+        ran = Counter(f"{cell[(s, p, d)]['cpu']}, {cell[(s, p, d)]['threads']} torch thread(s)"
+                      for s in order if (s, p, d) in cell)
+        machines.append(f"{p} profile, {d}: " + ", ".join(m + (f" ({n} stages)" if len(ran) > 1 else "")
+                                                           for m, n in ran.most_common()))
+    notes = ["", "Measured on: " + "; ".join(machines) + ". Whole runs are the latest successful run of each stage "
              "(build/runtimes.csv); (=) marks a stage the profile does not change (its default run stands for it); "
              "(est.) marks a stage too slow to run whole here, timed for one round and multiplied out "
              "(benchmarks/results/paper_estimates.md says how, per stage)."]

@@ -36,6 +36,16 @@ def test_latest_whole_runs_estimates_and_unchanged_stages(tmp_path):
     assert "| perm_fig1 | 38 s | 38 s (=) |" in md
     assert "| perm_fig2 | 15.0 min | 10.0 h (est.) |" in md
     assert "| **all** | **15.8 min** (3 stages) | **10.0 h** (3 stages) |" in md
+    # each column names the machines its rows ran on, counted where they differ
+    assert ("Measured on: default profile, cpu: X x2, 1 torch thread(s); paper profile, cpu: X x2, 1 torch "
+            "thread(s).") in md
+    log.write_text(HEAD + "perm_fig1,default,37.5,cpu,1,X x2,2026-01-02T00:00:00Z\n"
+                          "perm_fig1,paper,30.0,cpu,2,Y x4,2026-01-02T00:00:00Z\n"
+                          "perm_fig2,paper,36.0,cpu,2,Y x4,2026-01-02T00:00:00Z\n"
+                          "perm_fig5,default,10.0,cpu,1,X x2,2026-01-02T00:00:00Z\n")
+    md = stage_runtimes.to_markdown(stage_runtimes.rows(log, tmp_path / "none.json", tmp_path / "none.csv", params))
+    assert ("Measured on: default profile, cpu: X x2, 1 torch thread(s); paper profile, cpu: Y x4, 2 torch "
+            "thread(s) (2 stages), X x2, 1 torch thread(s) (1 stages).") in md
 
 
 def test_an_incomplete_estimate_is_a_lower_bound(tmp_path):
