@@ -196,3 +196,28 @@ def test_simulation_reproduces_every_kind_of_method_and_shuts_ray_down():
     _, alive = psutil.wait_procs([psutil.Process(p) for p in after if psutil.pid_exists(p)], timeout=30)
     assert [p.pid for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
 
+
+
+def test_the_floor_benchmark_runs_a_round_with_no_work_on_the_deployment(tmp_path):
+    """benchmarks/flower_floor.py (docs/flower.md's floor of a deployment round) on 2 nodes for 1 timed round,
+    compared with a crafted simulation round: each payload's round is timed, the machine's busy share is a
+    fraction, and the deployment leaves nothing running (``measure`` raises otherwise)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "flower_floor.py"
+    spec = importlib.util.spec_from_file_location("flower_floor", path)
+    floor = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(floor)
+    simulation = tmp_path / "flower.json"
+    simulation.write_text(json.dumps({"runs": [{"engine": "simulation", "clients": 2, "methods": [
+        {"method": "FedAvg", "round_seconds": [0.1, 0.3], "num_parameters": 12}]}]}))
+    out = floor.main(["--nodes", "2", "--rounds", "1", "--out", str(tmp_path), "--simulation", str(simulation)])
+    assert out["floats"] == 12 and out["simulation_round"] == pytest.approx(0.2)
+    for payload in ("empty", "model"):
+        measured = out["seconds"][payload]
+        assert len(measured["seconds"]) == 1 and measured["seconds"][0] > 0
+        assert len(measured["busy"]) == 1 and 0 <= measured["busy"][0] <= 1
+    md = (tmp_path / "flower_floor.md").read_text()
+    assert "| empty | 1 |" in md and "| 12 float32 each way | 1 |" in md
