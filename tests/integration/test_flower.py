@@ -2,8 +2,11 @@
 stop with a clear error when a client dies (skipped when Flower, the extra ``pflkit[flower]``, is not
 installed). Tiny sizes: 3 clients, 2 rounds; a deployment pass costs seconds (Flower starts one ClientApp
 process per message)."""
+import importlib.util
+import json
 import os
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -197,15 +200,10 @@ def test_simulation_reproduces_every_kind_of_method_and_shuts_ray_down():
     assert [p.pid for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
 
 
-
 def test_the_floor_benchmark_runs_a_round_with_no_work_on_the_deployment(tmp_path):
     """benchmarks/flower_floor.py (docs/flower.md's floor of a deployment round) on 2 nodes for 1 timed round,
     compared with a crafted simulation round: each payload's round is timed, the machine's busy share is a
     fraction, and the deployment leaves nothing running (``measure`` raises otherwise)."""
-    import importlib.util
-    import json
-    from pathlib import Path
-
     path = Path(__file__).resolve().parents[2] / "benchmarks" / "flower_floor.py"
     spec = importlib.util.spec_from_file_location("flower_floor", path)
     floor = importlib.util.module_from_spec(spec)
