@@ -1,6 +1,6 @@
 """The floor of a deployment round on this machine: Flower's transport and ClientApp start-up with no work at all.
 
-    python benchmarks/flower_floor.py [--nodes 10] [--rounds 10] [--out benchmarks/results]
+    python benchmarks/flower_floor.py [--nodes 10] [--rounds 10] [--cores 1,2] [--out benchmarks/results]
                                       [--simulation benchmarks/results/flower.json]
 
 Issue 32 asks for a 10-client deployment round within 5x of the simulation round (benchmarks/flower.py). This
@@ -10,7 +10,8 @@ ServerApp that sends every node one message per round and a ClientApp that answe
 no computation). Each round is timed from the first message pushed to the last reply pulled, through pflkit's
 ``PollingGrid`` as pflkit's ServerApp does; the first round is left out (it may meet nodes still starting).
 Two payloads: an empty message, and one float32 array of the size of benchmarks/flower.py's model (its
-``num_parameters``) sent and returned, as a FedAvg round carries it.
+``num_parameters``) sent and returned, as a FedAvg round carries it. Each runs with the deployment pinned to
+one core, then to all (``--cores``): how the floor moves with the cores it gets.
 
 Writes ``<out>/flower_floor.json`` and ``<out>/flower_floor.md`` (docs/flower.md's block) and prints the table.
 """
@@ -28,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: the app the deployment runs instead of pflkit's: a module of the App Bundle's folder (Flower loads it from there)
 APP = '''
 import json
+import os
 import time
 from pathlib import Path
 
@@ -50,10 +52,17 @@ server_app = ServerApp()
 
 
 def cpu_jiffies():
-    """(busy, total) jiffies of the whole machine, all cores (/proc/stat's first line)."""
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\\n", 1)[0].split()[1:]]
-    idle = values[3] + values[4]  # idle + iowait
-    return sum(values) - idle, sum(values)
+    """(busy, total) jiffies of the cores this process may run on (its affinity, which the whole deployment
+    shares), from /proc/stat's per-core lines."""
+    cores = {f"cpu{i}" for i in os.sched_getaffinity(0)}
+    busy = total = 0
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *values = line.split()
+        if name in cores:
+            values = [int(v) for v in values]
+            total += sum(values)
+            busy += sum(values) - values[3] - values[4]  # all but idle and iowait
+    return busy, total
 
 
 @server_app.main()
@@ -103,37 +112,46 @@ def bundle(folder: Path, nodes: int, rounds: int, floats: int, results: Path) ->
     return folder
 
 
-def measure(nodes: int, rounds: int, floats: int) -> dict:
+def measure(nodes: int, rounds: int, floats: int, cores: int) -> dict:
+    """The floor run on the first ``cores`` of this process's cores: every process of the deployment inherits
+    that affinity."""
     from pflkit.flower.deployment import CONNECTION, Deployment, _tool
 
-    with tempfile.TemporaryDirectory(prefix="pflkit-floor-") as workdir, Deployment(nodes, workdir) as dep:
-        results = dep.workdir / "floor.json"
-        folder = bundle(dep.workdir / "floor-app", nodes, rounds, floats, results)
-        proc = dep._spawn("flwr-run-floor", [_tool("flwr"), "run", str(folder), CONNECTION, "--stream"])
-        deadline = time.monotonic() + 600
-        while proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.5)
-        if not results.exists():
-            raise RuntimeError("the floor run failed:\n" + dep.log_tail("flwr-run-floor", 60))
-        seconds = json.loads(results.read_text())
+    allowed = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, allowed[:cores])
+    try:
+        with tempfile.TemporaryDirectory(prefix="pflkit-floor-") as workdir, Deployment(nodes, workdir) as dep:
+            results = dep.workdir / "floor.json"
+            folder = bundle(dep.workdir / "floor-app", nodes, rounds, floats, results)
+            proc = dep._spawn("flwr-run-floor", [_tool("flwr"), "run", str(folder), CONNECTION, "--stream"])
+            deadline = time.monotonic() + 600
+            while proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.5)
+            if not results.exists():
+                raise RuntimeError("the floor run failed:\n" + dep.log_tail("flwr-run-floor", 60))
+            seconds = json.loads(results.read_text())
+    finally:
+        os.sched_setaffinity(0, allowed)
     if dep.leftover:
         raise RuntimeError(f"processes left behind: {dep.leftover}")
     return seconds
 
 
 def table(out: dict) -> str:
-    rows = ["| message | rounds | s / round (mean) | min | max | vs simulation round (FedAvg) | machine busy |",
-            "|---|---|---|---|---|---|---|"]
-    for name, label in (("empty", "empty"), ("model", f"{out['floats']:,} float32 each way")):
-        t, busy = out["seconds"][name]["seconds"], out["seconds"][name]["busy"]
-        rows.append(f"| {label} | {len(t)} | {statistics.mean(t):.3f} | {min(t):.3f} | {max(t):.3f} | "
-                    f"{statistics.mean(t) / out['simulation_round']:.0f}x | {100 * statistics.mean(busy):.0f}% |")
+    rows = ["| cores | message | rounds | s / round (mean) | min | max | vs simulation round (FedAvg) | cores busy |",
+            "|---|---|---|---|---|---|---|---|"]
+    for cores, by_payload in out["seconds"].items():
+        for name, label in (("empty", "empty"), ("model", f"{out['floats']:,} float32 each way")):
+            t, busy = by_payload[name]["seconds"], by_payload[name]["busy"]
+            rows.append(f"| {cores} | {label} | {len(t)} | {statistics.mean(t):.3f} | {min(t):.3f} | {max(t):.3f} | "
+                        f"{statistics.mean(t) / out['simulation_round']:.0f}x | {100 * statistics.mean(busy):.0f}% |")
     head = (f"{out['nodes']} SuperNodes on {out['machine']} (load average {out['load'][0]:.2f} at start, "
             f"{out['load'][1]:.2f} at end): pflkit's deployment (TLS, node authentication, forked ClientApps), "
             f"a ClientApp that answers at once. The simulation round: benchmarks/flower.md's FedAvg row, "
             f"{out['simulation_round']:.3f} s ({out['nodes']} clients, mean of its rounds); 5x of it is "
-            f"{5 * out['simulation_round']:.3f} s. Machine busy: the share of all cores' time spent outside idle "
-            f"during the timed rounds (/proc/stat).")
+            f"{5 * out['simulation_round']:.3f} s. Cores: the deployment's processes pinned to that many of the "
+            f"machine's cores; cores busy: the share of their time spent outside idle during the timed rounds "
+            f"(/proc/stat).")
     return head + "\n\n" + "\n".join(rows) + "\n"
 
 
@@ -141,10 +159,19 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--cores", default=f"1,{len(os.sched_getaffinity(0))}",
+                    help="comma-separated core counts to pin the deployment to, one run each (default: 1 and all)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--simulation", type=Path, default=ROOT / "benchmarks" / "results" / "flower.json",
                     help="benchmarks/flower.py's results: the simulation round to compare with")
     args = ap.parse_args(argv)
+    available = len(os.sched_getaffinity(0))
+    try:
+        cores = sorted({int(c) for c in args.cores.split(",")})
+    except ValueError:
+        cores = []
+    if not cores or not all(1 <= c <= available for c in cores):
+        raise SystemExit(f"--cores: comma-separated integers in 1..{available}, got {args.cores!r}")
     flower = json.loads(args.simulation.read_text())
     sim = next((m for r in flower["runs"] if r["engine"] == "simulation" and r["clients"] == args.nodes
                 for m in r["methods"] if m["method"] == "FedAvg"), None)
@@ -155,7 +182,7 @@ def main(argv: list[str] | None = None) -> dict:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), "this machine")
     load0 = os.getloadavg()[0]
-    seconds = measure(args.nodes, args.rounds, int(sim["num_parameters"]))
+    seconds = {str(c): measure(args.nodes, args.rounds, int(sim["num_parameters"]), c) for c in cores}
     out = {"nodes": args.nodes, "floats": int(sim["num_parameters"]), "seconds": seconds,
            "simulation_round": statistics.mean(sim["round_seconds"]), "machine": f"{cpu}, {os.cpu_count()} cores",
            "load": [load0, os.getloadavg()[0]]}

@@ -201,9 +201,10 @@ def test_simulation_reproduces_every_kind_of_method_and_shuts_ray_down():
 
 
 def test_the_floor_benchmark_runs_a_round_with_no_work_on_the_deployment(tmp_path):
-    """benchmarks/flower_floor.py (docs/flower.md's floor of a deployment round) on 2 nodes for 1 timed round,
-    compared with a crafted simulation round: each payload's round is timed, the machine's busy share is a
-    fraction, and the deployment leaves nothing running (``measure`` raises otherwise)."""
+    """benchmarks/flower_floor.py (docs/flower.md's floor of a deployment round) on 2 nodes pinned to one core
+    for 1 timed round, compared with a crafted simulation round: each payload's round is timed, the cores' busy
+    share is a fraction, and the deployment leaves nothing running (``measure`` raises otherwise); a bad
+    ``--cores`` is refused before anything starts."""
     path = Path(__file__).resolve().parents[2] / "benchmarks" / "flower_floor.py"
     spec = importlib.util.spec_from_file_location("flower_floor", path)
     floor = importlib.util.module_from_spec(spec)
@@ -211,11 +212,14 @@ def test_the_floor_benchmark_runs_a_round_with_no_work_on_the_deployment(tmp_pat
     simulation = tmp_path / "flower.json"
     simulation.write_text(json.dumps({"runs": [{"engine": "simulation", "clients": 2, "methods": [
         {"method": "FedAvg", "round_seconds": [0.1, 0.3], "num_parameters": 12}]}]}))
-    out = floor.main(["--nodes", "2", "--rounds", "1", "--out", str(tmp_path), "--simulation", str(simulation)])
-    assert out["floats"] == 12 and out["simulation_round"] == pytest.approx(0.2)
+    out = floor.main(["--nodes", "2", "--rounds", "1", "--cores", "1", "--out", str(tmp_path),
+                      "--simulation", str(simulation)])
+    assert out["floats"] == 12 and out["simulation_round"] == pytest.approx(0.2) and list(out["seconds"]) == ["1"]
     for payload in ("empty", "model"):
-        measured = out["seconds"][payload]
+        measured = out["seconds"]["1"][payload]
         assert len(measured["seconds"]) == 1 and measured["seconds"][0] > 0
         assert len(measured["busy"]) == 1 and 0 <= measured["busy"][0] <= 1
     md = (tmp_path / "flower_floor.md").read_text()
-    assert "| empty | 1 |" in md and "| 12 float32 each way | 1 |" in md
+    assert "| 1 | empty | 1 |" in md and "| 1 | 12 float32 each way | 1 |" in md
+    with pytest.raises(SystemExit, match="--cores: comma-separated integers in 1"):
+        floor.main(["--nodes", "2", "--cores", "0", "--simulation", str(simulation)])

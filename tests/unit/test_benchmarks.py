@@ -120,9 +120,12 @@ def test_flower_floor_table_compares_each_payload_with_the_simulation_round():
     """The table from crafted measurements (the deployment itself runs in tests/integration/test_flower.py)."""
     floor = _load("flower_floor")
     out = {"nodes": 10, "floats": 122, "simulation_round": 0.1, "machine": "X, 2 cores", "load": [0.5, 4.0],
-           "seconds": {"empty": {"seconds": [2.0, 3.0], "busy": [0.7, 0.9]},
-                       "model": {"seconds": [3.0, 3.0], "busy": [0.8, 0.8]}}}
+           "seconds": {"1": {"empty": {"seconds": [4.0, 5.0], "busy": [1.0, 0.9]},
+                             "model": {"seconds": [5.0, 5.0], "busy": [1.0, 1.0]}},
+                       "2": {"empty": {"seconds": [2.0, 3.0], "busy": [0.7, 0.9]},
+                             "model": {"seconds": [3.0, 3.0], "busy": [0.8, 0.8]}}}}
     md = floor.table(out)
-    assert "| empty | 2 | 2.500 | 2.000 | 3.000 | 25x | 80% |" in md
-    assert "| 122 float32 each way | 2 | 3.000 | 3.000 | 3.000 | 30x | 80% |" in md
+    assert "| 1 | empty | 2 | 4.500 | 4.000 | 5.000 | 45x | 95% |" in md
+    assert "| 2 | empty | 2 | 2.500 | 2.000 | 3.000 | 25x | 80% |" in md
+    assert "| 2 | 122 float32 each way | 2 | 3.000 | 3.000 | 3.000 | 30x | 80% |" in md
     assert "5x of it is 0.500 s" in md and "10 SuperNodes on X, 2 cores" in md
