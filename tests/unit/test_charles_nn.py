@@ -2,6 +2,7 @@
 (gamma, eta, momentum, alpha) grid against LocalUpdate and its reference loop, tuning and divergence."""
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -244,8 +245,7 @@ def test_local_update_on_char_lstm_matches_reference_loop():
     lines = ["Who's there?", "Nay, answer me: stand, and unfold yourself.", "Long live the king!",
              "Bernardo?", "He.", "You come most carefully upon your hour."]
     clients = [[line_to_sequences(t) for t in lines[i:i + 3]] for i in (0, 3)]
-    arrays = [(torch.tensor(sum([list(a[0]) for a in c], [])), torch.tensor(sum([list(a[1]) for a in c], [])))
-              for c in clients]
+    arrays = [tuple(torch.from_numpy(np.concatenate([a[k] for a in c])) for k in (0, 1)) for c in clients]
     data = FederatedDataset.from_client_arrays(arrays, arrays, 90, "tiny-text")
     assert data.x_train.shape[1:] == (80,) and data.y_train.shape[1:] == (80,)
     model = FunctionalModel(lambda: CharLSTM(90, 8, 6, 2))
