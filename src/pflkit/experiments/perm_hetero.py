@@ -257,7 +257,7 @@ def check_claim(cfg: PermHeteroConfig, per_seed: pd.DataFrame, clients: pd.DataF
     if "perm_hetero" not in cfg.methods:
         return out
     means = per_seed.groupby(["method", "budget"])["accuracy"].mean()
-    baselines = [METHODS[k].name for k in cfg.methods if not k.startswith("perm_hetero")]
+    baselines = [METHODS[k].name for k in cfg.methods if k not in PERM_HETERO_DISCREPANCY]
     holds = fits
     for r in sorted(set(cfg.budgets), reverse=True):
         ours = float(means[(METHODS["perm_hetero"].name, r)])
