@@ -290,6 +290,8 @@ def to_markdown(rows: list[dict], profile: str = "default") -> str:
                 value = r["value"] + (f" ({r['estimate']})" if r["estimate"] else "")
                 data = r["dataset"] + (" **(substitute)**" if r["substitute"] else "")
                 verdict = f"**{r['verdict']}**" + (f": {r['note']}" if r["verdict"] == "inconclusive" else "")
+                if r["verdict"] == "not run" and r["ran"]:  # its stage ran, but the claim is not judged here
+                    verdict = f"**not checked** under this profile: {r['note']}"
                 lines.append(f"| {r['figure']} | {r['claim']} | {r['metric']}: {value} | {verdict} | {data} |")
         lines.append("")
     return "\n".join(lines)

@@ -113,6 +113,10 @@ def test_crafted_results_give_every_verdict(tmp_path):
     restricted = got["t-perm_fig1-default-only", "smoke"]
     assert (restricted["verdict"], restricted["ran"]) == ("not run", True)
     assert restricted["note"] == "claims.yaml checks it under default only"
+    # the markdown ledger says why a claim whose stage ran has no verdict, instead of a bare "not run"
+    smoke_md = claims.to_markdown(rows, "smoke")
+    assert "**not checked** under this profile: claims.yaml checks it under default only |" in smoke_md
+    assert smoke_md.count("**not checked**") == 1
     table = list(csv.DictReader((root / "results/claims.csv").open()))
     assert [(r["id"], r["profile"], r["verdict"]) for r in table][:2] == [
         ("t-perm_fig1", "default", "holds"), ("t-perm_fig1", "smoke", "does not hold")]
