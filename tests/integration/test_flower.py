@@ -2,11 +2,9 @@
 stop with a clear error when a client dies (skipped when Flower, the extra ``pflkit[flower]``, is not
 installed). Tiny sizes: 3 clients, 2 rounds; a deployment pass costs seconds (Flower starts one ClientApp
 process per message)."""
-import importlib.util
 import json
 import os
 import time
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -25,6 +23,7 @@ from pflkit.flower.simulation import simulate  # noqa: E402
 from pflkit.flower.spec import RunSpec  # noqa: E402
 from pflkit.models import logistic  # noqa: E402
 from pflkit.runner import run  # noqa: E402
+from repo_files import load  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -205,10 +204,7 @@ def test_the_floor_benchmark_runs_a_round_with_no_work_on_the_deployment(tmp_pat
     for 1 timed round, compared with a crafted simulation round: each payload's round is timed, the cores' busy
     share is a fraction, and the deployment leaves nothing running (``measure`` raises otherwise); a bad
     ``--cores`` is refused before anything starts."""
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "flower_floor.py"
-    spec = importlib.util.spec_from_file_location("flower_floor", path)
-    floor = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(floor)
+    floor = load("benchmarks/flower_floor.py")
     simulation = tmp_path / "flower.json"
     simulation.write_text(json.dumps({"runs": [{"engine": "simulation", "clients": 2, "methods": [
         {"method": "FedAvg", "round_seconds": [0.1, 0.3], "num_parameters": 12}]}]}))

@@ -1,16 +1,12 @@
 """The benchmark code keeps working (tiny sizes; no timing assertions)."""
-import importlib.util
 import json
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from repo_files import load
+
 
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / f"benchmarks/{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load(f"benchmarks/{name}.py")
 
 
 def test_speed_benchmark_writes_its_tables(tmp_path, capsys):

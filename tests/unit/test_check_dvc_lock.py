@@ -1,11 +1,10 @@
 """The dvc.lock check: stale code or params fail it, missing outputs (a fresh clone) do not."""
-import importlib.util
 from pathlib import Path
 
+from repo_files import load
+
 ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("check_dvc_lock", ROOT / "scripts/check_dvc_lock.py")
-check = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(check)
+check = load("scripts/check_dvc_lock.py")
 
 
 def test_missing_outputs_alone_are_not_stale():

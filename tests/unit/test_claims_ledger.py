@@ -1,6 +1,5 @@
 """The claims ledger (scripts/claims.py + claims.yaml): rules, paths, verdicts on crafted results."""
 import csv
-import importlib.util
 import json
 import re
 import subprocess
@@ -11,13 +10,11 @@ import nbformat
 import pytest
 import yaml
 
+from repo_files import load
+
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("claims_ledger", ROOT / "scripts/claims.py")
-claims = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(claims)
-_spec = importlib.util.spec_from_file_location("notebook_html_pages", ROOT / "scripts/notebook_html.py")
-notebook_html = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(notebook_html)
+claims = load("scripts/claims.py", "claims_ledger")
+notebook_html = load("scripts/notebook_html.py", "notebook_html_pages")
 
 #: a 1 x 1 PNG, so the page's figure cells have something to load
 PNG = bytes.fromhex("89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"

@@ -7,7 +7,6 @@ that did not run reads "not run" with its command and has no image. The page rep
 Needs Chromium (Debian package `chromium`; .ci/run installs it). Without it the tests skip, unless
 PFLKIT_REQUIRE_BROWSER=1 (CI sets it), where a missing browser fails.
 """
-import importlib.util
 import os
 import re
 import shutil
@@ -18,16 +17,15 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from repo_files import load
+
 BROWSER = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
 if BROWSER is None:
     if os.environ.get("PFLKIT_REQUIRE_BROWSER") == "1":
         raise RuntimeError("PFLKIT_REQUIRE_BROWSER=1 but no chromium on PATH: apt-get install chromium")
     pytest.skip("no chromium on PATH (apt-get install chromium)", allow_module_level=True)
 
-_spec = importlib.util.spec_from_file_location("ledger_tests", ROOT / "tests/unit/test_claims_ledger.py")
-ledger_tests = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ledger_tests)
+ledger_tests = load("tests/unit/test_claims_ledger.py", "ledger_tests")
 
 
 def dump_dom(page: Path) -> str:

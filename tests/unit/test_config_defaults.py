@@ -2,21 +2,16 @@
 competing default. For every stage, no field of its config class (nested sections included) has a code default,
 except the documented ``EXCEPTIONS`` of scripts/config_defaults.py; and every required field is set by the stage's
 values (``defaults`` merged under its section) under every profile."""
-import importlib.util
-import sys
 from typing import Annotated, Literal
 
 import pytest
 from pydantic import Field
 
 from pflkit.config import RUNNER_KEYS, Section, StageConfig, profile_names, stage_config, stage_values
-from pflkit.paths import project_root
 from stage_params import PARAMS
+from repo_files import load
 
-ROOT = project_root()
-_spec = importlib.util.spec_from_file_location("config_defaults", ROOT / "scripts/config_defaults.py")
-defaults = sys.modules["config_defaults"] = importlib.util.module_from_spec(_spec)  # its dataclass needs it there
-_spec.loader.exec_module(defaults)
+defaults = load("scripts/config_defaults.py", register=True)  # its dataclass needs it in sys.modules
 
 STAGES = defaults.audited_stages(PARAMS)
 

@@ -2,7 +2,6 @@
 pflkit.figures, matplotlib, seaborn), every plot stage draws from its source stage's result files only, and
 the drawing helpers of pflkit.figures draw what the tables hold."""
 import ast
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -20,13 +19,12 @@ from pflkit.figures import charles as draw_charles  # noqa: E402
 from pflkit.figures import chayti as draw_chayti  # noqa: E402
 from pflkit.plotting import method_styles, plt  # noqa: E402
 from pflkit.theory import speedup  # noqa: E402
+from repo_files import load
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 PFLKIT = SRC / "pflkit"
-_spec = importlib.util.spec_from_file_location("dvc_stages_for_split", ROOT / "scripts/dvc_stages.py")
-dvc_stages = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(dvc_stages)
+dvc_stages = load("scripts/dvc_stages.py", "dvc_stages_for_split")
 STAGES = dvc_stages.load_stages().STAGES
 COMPUTE = [s for s in STAGES if not s.is_plot]
 PLOT = [s for s in STAGES if s.is_plot]

@@ -1,15 +1,12 @@
 """benchmarks/overhead.py keeps working (tiny sizes; no timing assertions)."""
-import importlib.util
 import json
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from repo_files import load
+
 
 
 def test_overhead_benchmark_writes_its_table(tmp_path):
-    spec = importlib.util.spec_from_file_location("overhead", ROOT / "benchmarks/overhead.py")
-    overhead = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(overhead)
+    overhead = load("benchmarks/overhead.py")
     res = overhead.main(["--quick", "--threads", "1", "--device", "cpu", "--out", str(tmp_path)])
     assert [r["workload"] for r in res["split"]] == ["synthetic", "mlp", "cnn"]
     for r in res["split"]:

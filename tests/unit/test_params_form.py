@@ -1,16 +1,15 @@
 """params.yaml is in the form DVC's own writer (`dvc exp run -S`) writes back: a round trip leaves it byte for
 byte, and one override changes exactly one line (scripts/params_form.py)."""
 import difflib
-import importlib.util
 from pathlib import Path
 
 import pytest
 import yaml
 
+from repo_files import load
+
 ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("params_form", ROOT / "scripts/params_form.py")
-params_form = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(params_form)
+params_form = load("scripts/params_form.py")
 
 TEXT = (ROOT / "params.yaml").read_text()
 

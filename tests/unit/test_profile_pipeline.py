@@ -2,7 +2,6 @@
 notebook stages with the profile's values, every output under build/paper/, no output shared with dvc.yaml,
 and `python -m pflkit reproduce --profile paper` is `dvc repro` of that file (its end-to-end run from a fresh
 clone, with a push and a pull: tests/integration/test_dvc_remote.py)."""
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ import yaml
 from pflkit import reproduce as reproduce_module
 from pflkit import stages
 from pflkit.config import ConfigError
+from repo_files import load
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPER = yaml.safe_load((ROOT / "pipelines/paper/dvc.yaml").read_text())["stages"]
@@ -87,9 +87,7 @@ def test_bad_stages_are_refused_before_dvc_starts(monkeypatch):
 
 
 def test_the_generator_writes_both_files():
-    spec = importlib.util.spec_from_file_location("dvc_stages_for_profiles", ROOT / "scripts/dvc_stages.py")
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
+    gen = load("scripts/dvc_stages.py", "dvc_stages_for_profiles")
     texts = gen.outputs_of(gen.load_stages(), PARAMS)
     assert [p.relative_to(ROOT).as_posix() for p in texts] == ["dvc.yaml", "pipelines/paper/dvc.yaml"]
     assert texts[ROOT / "pipelines/paper/dvc.yaml"] == (ROOT / "pipelines/paper/dvc.yaml").read_text()

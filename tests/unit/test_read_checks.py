@@ -4,7 +4,6 @@ results file, each fail with a message naming the file and the stage that writes
 Each row is one fault applied to a freshly written folder (the library's own writers) in a throw-away project
 (tmp_path with dvc.yaml and params.yaml, the cwd), and the fragments its message must hold."""
 import hashlib
-import importlib.util
 import json
 import os
 from pathlib import Path
@@ -15,8 +14,8 @@ import pytest
 
 from pflkit import report
 from pflkit.data import prepared
+from repo_files import load
 
-ROOT = Path(__file__).resolve().parents[2]
 SYN = "data/prepared/perm-synthetic/perm_fig1"  # written by data_perm_synthetic
 REQ = {"num_clients": 4, "samples_per_client": 6, "dim": 3, "test_fraction": 0.25, "seed": 0}
 ARRAY = "seed0_x.npy"
@@ -236,10 +235,7 @@ def test_notebook_text_reads_check_metrics_and_run_json(project):
 
 
 def _claims_module():
-    spec = importlib.util.spec_from_file_location("claims_ledger_checks", ROOT / "scripts/claims.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("scripts/claims.py", "claims_ledger_checks")
 
 
 @pytest.mark.parametrize("text, why", [("", "empty"), ('{"acc": ', "not valid JSON"),

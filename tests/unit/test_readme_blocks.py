@@ -1,13 +1,12 @@
 """README's and docs/'s tables that come from results files match those files (numbers are never typed), and
 every relative link of those pages leads to a file (and heading) that exists."""
-import importlib.util
 import re
 from pathlib import Path
 
+from repo_files import load
+
 ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("readme_blocks", ROOT / "scripts/readme_blocks.py")
-readme_blocks = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(readme_blocks)
+readme_blocks = load("scripts/readme_blocks.py")
 
 
 def test_readme_blocks_match_their_results_files():

@@ -1,12 +1,9 @@
 """scripts/stage_runtimes.py: README's runtime table from measurements only (crafted inputs)."""
-import importlib.util
 import json
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("stage_runtimes", ROOT / "scripts" / "stage_runtimes.py")
-stage_runtimes = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(stage_runtimes)
+from repo_files import load
+
+stage_runtimes = load("scripts/stage_runtimes.py")
 
 HEAD = "stage,profile,seconds,device,threads,cpu,finished_utc\n"
 

@@ -1,6 +1,5 @@
 """The stage table (pflkit.stages), dvc.yaml generated from it, the import walk behind each stage's
 deps, and the ``tune`` command's refusal of stages it cannot sweep."""
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -10,11 +9,10 @@ import pytest
 from pflkit import stages
 from pflkit.__main__ import main
 from pflkit.config import StageConfig, registry
+from repo_files import load
 
 ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("dvc_stages", ROOT / "scripts/dvc_stages.py")
-dvc_stages = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(dvc_stages)
+dvc_stages = load("scripts/dvc_stages.py")
 
 
 def test_dvc_yaml_is_generated_from_the_stage_table(capsys):
