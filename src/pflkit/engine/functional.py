@@ -127,13 +127,7 @@ class FunctionalModel:
             def probe(mod, inputs, output):  # records, returns None: the output stays
                 seen.setdefault(id(mod), tuple(inputs[0].shape[1:]))
 
-            probes = [m.register_forward_hook(probe) for m in self._dropouts]
-            try:
-                with torch.no_grad():
-                    self.module(x[0, :1])
-            finally:
-                for h in probes:
-                    h.remove()
+            self._forward_with_hooks(self._dropouts, probe, x[0, :1])
             self._dropout_shapes[key] = [seen[id(m)] for m in self._dropouts]
         shapes, batch = self._dropout_shapes[key], x.shape[1]
         masks = []
@@ -220,17 +214,24 @@ class FunctionalModel:
                     total.append(out.numel() * out.element_size())
 
             leaves = [m for m in self.module.modules() if not list(m.children())]
-            hooks = [m.register_forward_hook(hook) for m in leaves]
             try:
-                with torch.no_grad():
-                    self.module(x)
+                self._forward_with_hooks(leaves, hook, x)
             except Exception:  # noqa: BLE001 (a module that runs only through an overridden forward/loss:
                 total = total[:1]  # the input's bytes are the estimate)
-            finally:
-                for h in hooks:
-                    h.remove()
             self._activation_bytes[key] = int(sum(total))
         return self._activation_bytes[key]
+
+
+    def _forward_with_hooks(self, modules, hook, x: Tensor) -> None:
+        """One forward pass of the template on ``x`` without gradients, ``hook`` a forward hook of every module
+        of ``modules`` during it (how the shapes of dropout inputs and the activation sizes are read)."""
+        handles = [m.register_forward_hook(hook) for m in modules]
+        try:
+            with torch.no_grad():
+                self.module(x)
+        finally:
+            for h in handles:
+                h.remove()
 
 
 def _apply_given_mask(module: nn.Module, inputs: tuple, output: Tensor) -> Tensor:
