@@ -221,7 +221,6 @@ class FunctionalModel:
             self._activation_bytes[key] = int(sum(total))
         return self._activation_bytes[key]
 
-
     def _forward_with_hooks(self, modules, hook, x: Tensor) -> None:
         """One forward pass of the template on ``x`` without gradients, ``hook`` a forward hook of every module
         of ``modules`` during it (how the shapes of dropout inputs and the activation sizes are read)."""
