@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from pflkit.device import cpu_model
+
 ROOT = Path(__file__).resolve().parents[1]
 #: the app the deployment runs instead of pflkit's: a module of the App Bundle's folder (Flower loads it from there)
 APP = '''
@@ -179,8 +181,7 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"--nodes {args.nodes}: {args.simulation} has no simulation run of that many "
                          f"clients to compare with; allowed: "
                          f"{sorted(r['clients'] for r in flower['runs'] if r['engine'] == 'simulation')}")
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), "this machine")
+    cpu = cpu_model() or "this machine"
     load0 = os.getloadavg()[0]
     seconds = {str(c): measure(args.nodes, args.rounds, int(sim["num_parameters"]), c) for c in cores}
     out = {"nodes": args.nodes, "floats": int(sim["num_parameters"]), "seconds": seconds,

@@ -39,17 +39,16 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+from pflkit.device import cpu_model  # noqa: E402
+
 OUT = ROOT / "benchmarks" / "results" / "paper_estimates"
 CURVES = ("perm_fig2", "perm_fig4")
 GRIDS = ("charles_fig12", "charles_fig13", "charles_fig6")
 
 
 def cpu_name() -> str:
-    try:
-        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name")) + f" x{os.cpu_count()}"
-    except (OSError, StopIteration):
-        return platform.machine()
+    model = cpu_model()
+    return f"{model} x{os.cpu_count()}" if model else platform.machine()
 
 
 def timed(fn):

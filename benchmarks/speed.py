@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from pflkit.algorithms import FedAvg
 from pflkit.algorithms.perm import shuffle_steps
 from pflkit.data import FederatedDataset, perm_synthetic
+from pflkit.device import cpu_model
 from pflkit.engine import FunctionalModel, make_generator, resolve_device
 from pflkit.io import write_json, write_text
 from pflkit.models import cnn, logistic, mlp
@@ -293,14 +294,7 @@ def scaling(points, steps, batch, repeats, device, threads, quick) -> list[dict]
 
 # ------------------------------------------------------------------------------------ report
 def machine_info(device) -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model() or platform.processor() or platform.machine()
     info = {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
             "device": str(device), "load_average": list(os.getloadavg())}
     if device.type == "cuda":

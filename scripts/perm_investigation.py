@@ -142,14 +142,9 @@ def alpha_stats(alpha: np.ndarray | torch.Tensor, lr: float, local_steps: int) -
 
 
 def machine() -> dict:
-    cpu = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from pflkit.device import cpu_model
+
+    cpu = cpu_model() or ""
     return {"cpu": cpu or platform.processor(), "cores_visible": os.cpu_count(),
             "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version(), "platform": platform.platform()}

@@ -5,6 +5,7 @@ needs no torch (1.1 s of every plot stage on a 2-core Xeon)."""
 from __future__ import annotations
 
 import typing
+from pathlib import Path
 
 if typing.TYPE_CHECKING:
     import torch
@@ -33,3 +34,13 @@ def device_name(device: torch.device) -> str:
     import torch
 
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def cpu_model() -> str | None:
+    """The processor's model as /proc/cpuinfo names it (``Intel(R) Xeon(R) Processor``); None where that file
+    is missing or names none (the caller chooses its fallback)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return None
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)

@@ -28,7 +28,7 @@ import yaml
 
 from . import stages
 from .config import ConfigError, DEFAULT_PROFILE, PARAMS_ENV, load_params, resolve_threads, validate_stage
-from .device import device_name, resolve_device
+from .device import cpu_model, device_name, resolve_device
 from .paths import link_problem, project_root, why_unwritable as _why_unwritable
 from .stage_env import PROGRESS, TWIN_SHA256 as TWIN_SHA256_ENV
 
@@ -471,12 +471,7 @@ def record_runtime(root: Path, stage: str, profile: str, seconds: float, cfg) ->
     """Append one stage run's wall time (and where it ran) to ``RUNTIMES_LOG``; never fails the stage."""
     try:
         name = device_name(resolve_device(cfg.device))
-        cpu = platform.processor() or platform.machine()
-        try:
-            cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                       if line.startswith("model name"))
-        except (OSError, StopIteration):
-            pass
+        cpu = cpu_model() or platform.processor() or platform.machine()
         path = root / RUNTIMES_LOG
         path.parent.mkdir(parents=True, exist_ok=True)
         new = not path.exists()
