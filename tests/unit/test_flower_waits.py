@@ -4,6 +4,7 @@ per thread; the SuperNode's empty-pull wait backs off while its local reply wait
 code whose waits these replace still waits where and as they expect (a Flower upgrade that moves them fails
 here, not as a silently slow deployment)."""
 import inspect
+import sys
 import threading
 import time
 import types
@@ -71,3 +72,87 @@ def test_flowers_loops_still_wait_where_pflkit_replaces_their_waits():
     exec_loop = inspect.getsource(run_superexec)
     assert "import time\n" in exec_loop and exec_loop.count("time.sleep(") == 1
     assert "time.sleep(task_poll_interval)" in exec_loop
+
+
+def test_quick_object_retries_passes_the_first_wait_once_and_refuses_a_changed_flower():
+    def pull(object_ids, pull_object_fn, initial_backoff=1.0, backoff_cap=10.0):
+        return initial_backoff, backoff_cap
+
+    module = types.ModuleType("flowerlike")
+    module.pull_objects = pull
+    waits.quick_object_retries(module, "pull_objects")
+    waits.quick_object_retries(module, "pull_objects")  # a second time changes nothing
+    assert module.pull_objects([], None) == (waits.FIRST_WAIT, 10.0)  # the cap and the rest stay Flower's
+    assert module.pull_objects.func is pull and module.pull_objects.keywords == {"initial_backoff": waits.FIRST_WAIT}
+    module.pull_objects = lambda object_ids, pull_object_fn: None
+    with pytest.raises(RuntimeError, match="flowerlike.pull_objects is no longer an object pull"):
+        waits.quick_object_retries(module, "pull_objects")
+    with pytest.raises(RuntimeError, match="flowerlike.gone is no longer"):
+        waits.quick_object_retries(module, "gone")
+
+
+def test_a_missing_object_is_asked_for_again_after_the_first_wait_not_flowers_second(monkeypatch):
+    """Flower's own ``pull_objects``, given pflkit's first wait: the object is missing at the first ask and
+    there at the second, and the wait between them (Flower's jitter set to 0) is ``FIRST_WAIT``, where
+    Flower's default waits ``PULL_INITIAL_BACKOFF`` (1 s). The waits are recorded, not timed."""
+    pytest.importorskip("flwr")
+    from flwr.supercore import constant
+    from flwr.supercore.inflatable import inflatable_utils as flower
+
+    waited = []
+
+    class Event(threading.Event):
+        def wait(self, timeout=None):
+            waited.append(timeout)
+            return self.is_set()
+
+    monkeypatch.setattr(flower, "threading", types.SimpleNamespace(Event=Event, Lock=threading.Lock))
+    monkeypatch.setattr(flower, "random", types.SimpleNamespace(uniform=lambda a, b: 0.0))
+    monkeypatch.setattr(flower, "pull_objects", flower.pull_objects)  # restored after the test
+
+    def pull_once_missing():
+        asked = []
+
+        def pull_object(object_id):
+            asked.append(object_id)
+            if len(asked) == 1:
+                raise flower.ObjectUnavailableError(object_id)
+            return b"content"
+        return pull_object
+
+    assert flower.pull_objects(["a"], pull_once_missing()) == {"a": b"content"}
+    assert waited == [constant.PULL_INITIAL_BACKOFF] == [1]  # Flower's default: a second
+    waited.clear()
+    waits.quick_object_retries(flower, "pull_objects")
+    assert flower.pull_objects(["a"], pull_once_missing()) == {"a": b"content"}
+    assert waited == [waits.FIRST_WAIT]
+
+
+def test_pflkits_supernode_clientapp_and_serverapp_shorten_flowers_object_retries(monkeypatch):
+    """Where Flower's SuperNode loop, ClientApp runtime and deployment grid pull a message's objects, they
+    leave the first wait at Flower's default; pflkit's SuperNode (``shorten_waits``), forked ClientApp and
+    ``PollingGrid`` replace it (each module restored after the test)."""
+    pytest.importorskip("flwr")
+    import flwr.supernode.runtime.run_clientapp as clientapp_runtime
+    from flwr.superlink.grid import http_grid
+    from flwr.supernode import start_client_internal
+
+    from pflkit.flower import apps, superexec
+
+    for module, name in ((start_client_internal, "pull_objects"), (http_grid, "pull_objects"),
+                         (clientapp_runtime, "pull_and_inflate_object_from_tree")):
+        source = inspect.getsource(module)
+        assert f"{name}(" in source and "initial_backoff" not in source  # called, with Flower's first wait
+        monkeypatch.setattr(module, name, getattr(module, name))
+    monkeypatch.setattr(start_client_internal, "time", start_client_internal.time)
+
+    supernode.shorten_waits()
+    assert start_client_internal.pull_objects.keywords == {"initial_backoff": waits.FIRST_WAIT}
+    apps.PollingGrid(grid=None)
+    assert http_grid.pull_objects.keywords == {"initial_backoff": waits.FIRST_WAIT}
+    import flwr.supernode.cli
+
+    monkeypatch.setattr(flwr.supernode.cli, "flwr_clientapp", lambda: None)
+    monkeypatch.setattr(sys, "argv", sys.argv)  # run_clientapp sets the ClientApp's
+    superexec.run_clientapp(["flwr-clientapp"], quiet=False)
+    assert clientapp_runtime.pull_and_inflate_object_from_tree.keywords == {"initial_backoff": waits.FIRST_WAIT}

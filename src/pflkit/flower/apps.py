@@ -34,6 +34,7 @@ from flwr.serverapp.strategy import Strategy
 from .client import EVALUATE, MODEL, TRAIN, FederatedClient, Job, Reply, read_partition
 from .server import FederatedServer, FederationError, Pass, Replies, drive, evaluation_due, make_server
 from .spec import RunSpec, specs_from_json
+from .waits import quick_object_retries
 
 MESSAGE_TYPES = {TRAIN: "train", EVALUATE: "evaluate"}
 INFO = "query.info"
@@ -207,10 +208,15 @@ class Exchange:
 class PollingGrid(Grid):
     """A Grid that forwards to Flower's and polls for replies every ``POLL_SECONDS`` in
     ``send_and_receive`` (the deployment engine's grid polls every 3 s, which would make every pass of
-    a small run last 3 s). Same semantics: push, pull until every reply is in or the timeout passes."""
+    a small run last 3 s). Same semantics: push, pull until every reply is in or the timeout passes. A reply
+    pulled before its node has pushed all its objects is asked for again after ``FIRST_WAIT``, not Flower's
+    1 s (:func:`pflkit.flower.waits.quick_object_retries`)."""
 
     def __init__(self, grid: Grid):
+        from flwr.superlink.grid import http_grid  # here, not at the top: 0.7 s that a ClientApp does not need
+
         self.grid = grid
+        quick_object_retries(http_grid, "pull_objects")  # the deployment engine's grid's object pulls
 
     def set_run(self, run) -> None:
         self.grid.set_run(run)

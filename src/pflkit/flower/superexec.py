@@ -39,7 +39,7 @@ from multiprocessing import forkserver
 from flwr.supercore.constant import TASK_TYPE_TO_APPIO_API_ADDRESS_ARG, TASK_TYPE_TO_COMMAND, TaskType
 from flwr.supercore.superexec.executor import ExecutionSpec, LaunchResult, SubprocessExecutor
 
-from .waits import Backoff, replace_time
+from .waits import Backoff, quick_object_retries, replace_time
 
 #: the wait of every loop's idle polls (per thread: per SuperNode), Flower's poll interval the longest
 BACKOFF = Backoff()
@@ -65,13 +65,16 @@ def clientapp_argv(spec: ExecutionSpec) -> list[str]:
 
 def run_clientapp(argv: list[str], quiet: bool) -> None:
     """A forked ClientApp: Flower's ``flwr-clientapp`` entry point with ``argv`` (its output dropped if
-    ``quiet``, as Flower's executor drops it)."""
+    ``quiet``, as Flower's executor drops it), asking again for a message object that its SuperNode does not
+    hold yet after ``FIRST_WAIT`` (:func:`pflkit.flower.waits.quick_object_retries`), not 1 s."""
     if quiet:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
     sys.argv = argv
     from flwr.supernode.cli import flwr_clientapp
+    from flwr.supernode.runtime import run_clientapp as clientapp_runtime
+    quick_object_retries(clientapp_runtime, "pull_and_inflate_object_from_tree")
     flwr_clientapp()
 
 

@@ -10,15 +10,16 @@ second they add up to seconds per round: a pass waits for the latest of its node
 runs Flower's own ``flower-supernode`` entry point, unchanged, except for the sleeps of that one module: the
 wait after an empty pull is :class:`pflkit.flower.waits.Backoff`'s (from 0.01 s after a message, growing while
 idle, up to Flower's 3 s), and the waits for the reply and its objects, which look at the node's own memory,
-last at most ``FIRST_WAIT``; a reply wait counts as activity. Pulls, pushes, retries, TLS and node
-authentication are Flower's.
+last at most ``FIRST_WAIT``; a reply wait counts as activity. A message's objects that are not at the SuperLink
+yet are asked for again after ``FIRST_WAIT`` (:func:`pflkit.flower.waits.quick_object_retries`), not 1 s.
+Pulls, pushes, retries, TLS and node authentication are Flower's.
 """
 from __future__ import annotations
 
 import sys
 import time
 
-from .waits import FIRST_WAIT, Backoff, replace_time
+from .waits import FIRST_WAIT, Backoff, quick_object_retries, replace_time
 
 #: Flower's wait after a pull that brought no message, in seconds (``start_client_internal``'s literal)
 EMPTY_PULL_WAIT = 3.0
@@ -36,11 +37,18 @@ def node_sleep(backoff: Backoff):
     return sleep
 
 
-def main() -> None:
+def shorten_waits() -> None:
+    """Give Flower's SuperNode loop pflkit's waits: its sleeps, and its retries of a message's objects."""
     from flwr.supernode import start_client_internal
-    from flwr.supernode.cli import flower_supernode
 
     replace_time(start_client_internal, node_sleep(Backoff()))
+    quick_object_retries(start_client_internal, "pull_objects")
+
+
+def main() -> None:
+    from flwr.supernode.cli import flower_supernode
+
+    shorten_waits()
     sys.argv[0] = "flower-supernode"
     sys.exit(flower_supernode())
 
