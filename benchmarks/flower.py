@@ -164,13 +164,44 @@ def measure(engine: str, clients: int, rounds: int, quick: bool, folder: Path) -
     return res
 
 
+def keep_other_engines(earlier: dict, res: dict, engines: list[str]) -> dict:
+    """``res`` (a run of ``engines``) with the rows of the other engines from ``earlier``, in ``ENGINES`` order,
+    each row stamped with the load averages of the run that measured it (the table says which rows are which)."""
+    if earlier.get("rounds") != res["rounds"] or earlier.get("work") != res["work"]:
+        raise SystemExit("--keep: the earlier flower.json ran other work or rounds; run every engine instead")
+    runs = [measured(r, res) for r in res["runs"]]
+    runs += [measured(r, earlier) for r in earlier["runs"] if r["engine"] not in engines]
+    return {**res, "runs": sorted(runs, key=lambda r: (ENGINES.index(r["engine"]), r["clients"]))}
+
+
+def measured(run: dict, source: dict) -> dict:
+    """``run`` with the load averages (start, end) of ``source``, the results it came from, unless it has them."""
+    if "load_average" in run:
+        return run
+    return {**run, "load_average": [source["machine"]["load_average"][0], source["load_average_end"][0]]}
+
+
+def load_averages(res: dict) -> str:
+    """The load averages at the start and end of the run, or of each run whose rows the results keep."""
+    groups: dict[tuple, list[str]] = {}
+    for r in res["runs"]:
+        key = tuple(measured(r, res)["load_average"])
+        groups.setdefault(key, [])
+        if r["engine"] not in groups[key]:
+            groups[key].append(r["engine"])
+    text = [f"{a:.2f} at start, {b:.2f} at end" for a, b in groups]
+    if len(groups) == 1:
+        return f"load average {text[0]}"
+    return "load average " + "; ".join(f"{t} for the {', '.join(e)} rows (one run)"
+                                       for t, e in zip(text, groups.values()))
+
+
 def markdown(res: dict) -> str:
     m = res["machine"]
     base = {(r["clients"], x["method"]): sum(x["round_seconds"]) / len(x["round_seconds"])
             for r in res["runs"] if r["engine"] == "in-process" for x in r["methods"]}
-    lines = [f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, 1 thread per process; load average "
-             f"{m['load_average'][0]:.2f} at start, {res['load_average_end'][0]:.2f} at end. Work: "
-             f"{res['work']}.", "",
+    lines = [f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, 1 thread per process; "
+             f"{load_averages(res)}. Work: {res['work']}.", "",
              "| engine | clients | method | s / round | x in-process | s / evaluation | start-up s | peak memory MB "
              "| machine memory MB | accuracy |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["runs"]:
@@ -218,6 +249,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--quick", action="store_true", help="the smoke profile's sizes, 3 clients, 2 rounds")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the rows of the engines not in --engines from <out>/flower.json (an earlier run)")
     parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--child", choices=ENGINES, default=None)
     parser.add_argument("--launched", type=float, default=None)
@@ -247,6 +280,8 @@ def main(argv: list[str] | None = None) -> dict | None:
                 res["runs"].append(measure(engine, n, rounds, args.quick, Path(tmp)))
     res["load_average_end"] = list(os.getloadavg())
     out = Path(args.out)
+    if args.keep and (out / "flower.json").exists():
+        res = keep_other_engines(json.loads((out / "flower.json").read_text()), res, engines)
     out.mkdir(parents=True, exist_ok=True)
     (out / "flower.json").write_text(json.dumps(res, indent=1))
     text = markdown(res)

@@ -219,3 +219,19 @@ def test_the_floor_benchmark_runs_a_round_with_no_work_on_the_deployment(tmp_pat
     assert "| 1 | empty | 1 |" in md and "| 1 | 12 float32 each way | 1 |" in md
     with pytest.raises(SystemExit, match="--cores: comma-separated integers in 1"):
         floor.main(["--nodes", "2", "--cores", "0", "--simulation", str(simulation)])
+
+
+def test_the_request_benchmark_times_every_request_of_a_floor_deployment(tmp_path):
+    """benchmarks/flower_requests.py on 2 nodes pinned to one core for 1 counted round: every process of the
+    deployment logged its HTTP requests (the ServerApp, the SuperNodes, the SuperExec and the ClientApps each
+    appear), the round's requests are counted, and bad arguments are refused before anything starts."""
+    bench = load("benchmarks/flower_requests.py")
+    out = bench.main(["--nodes", "2", "--rounds", "1", "--cores", "1", "--out", str(tmp_path)])
+    assert out["summary"]["rounds"] == 1
+    roles = {key.split()[0] for key in out["summary"]["requests"]}
+    assert {"flwr-serverapp", "flower-supernode", "flower-superexec", "flwr-clientapp"} <= roles
+    assert out["summary"]["requests"]["flwr-serverapp /v1/runtime/push-messages"]["per_round"] == 1
+    assert out["summary"]["requests"]["flwr-clientapp /v1/runtime/push-messages"]["per_round"] == 2  # a node each
+    assert "| flwr-clientapp | `/v1/runtime/push-messages` | 2.0 |" in (tmp_path / "flower_requests.md").read_text()
+    with pytest.raises(SystemExit, match="--cores: an integer in 1"):
+        bench.main(["--cores", "0"])

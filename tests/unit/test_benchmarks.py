@@ -1,6 +1,8 @@
 """The benchmark code keeps working (tiny sizes; no timing assertions)."""
 import json
 
+import pytest
+
 from repo_files import load
 
 
@@ -125,3 +127,67 @@ def test_flower_floor_table_compares_each_payload_with_the_simulation_round():
     assert "| 2 | empty | 2 | 2.500 | 2.000 | 3.000 | 25x | 80% |" in md
     assert "| 2 | 122 float32 each way | 2 | 3.000 | 3.000 | 3.000 | 30x | 80% |" in md
     assert "5x of it is 0.500 s" in md and "10 SuperNodes on X, 2 cores" in md
+
+
+def test_flower_requests_counts_each_rounds_requests_and_the_waits_for_objects():
+    """A crafted log of two rounds (the first left out): requests per round by process and path, and one
+    object wait (a second ask for an object 1 s after the first, nothing between), exactly."""
+    bench = _load("flower_requests")
+    log = "\n".join([
+        "10.0 0.01 1 flwr-serverapp /v1/runtime/push-messages",  # round 0 (left out)
+        "10.1 0.01 2 flower-supernode /v1/fleet/pull-object",
+        "11.1 0.01 2 flower-supernode /v1/fleet/pull-object",  # a wait, but in round 0
+        "12.0 0.02 1 flwr-serverapp /v1/runtime/push-messages",  # round 1
+        "12.1 0.01 2 flower-supernode /v1/fleet/pull-object",  # 1 s after its last ask, but that was round 0
+        "12.2 0.01 2 flower-supernode /v1/fleet/pull-object",  # 0.09 s later: no wait
+        "12.3 0.04 1 flwr-serverapp /v1/runtime/pull-object",
+        "13.34 0.01 1 flwr-serverapp /v1/runtime/pull-object",  # 1.0 s after the end of the last: a wait
+        "13.5 0.01 1 flwr-serverapp /v1/runtime/pull-messages",
+        "13.9 0.01 1 flwr-serverapp /v1/runtime/pull-object",  # a request between: no wait
+        "14.0 0.01 1 flwr-serverapp /v1/runtime/push-messages",  # round 2 (the last, its end unknown)
+    ])
+    rows = bench.read_log(log)
+    s = bench.summarize(rows, skip={0, 2}, gap=0.3)
+    assert s["rounds"] == 1 and s["round_seconds"] == [2.0]
+    assert {k: v["per_round"] for k, v in s["requests"].items()} == {
+        "flwr-serverapp /v1/runtime/pull-object": 3, "flower-supernode /v1/fleet/pull-object": 2,
+        "flwr-serverapp /v1/runtime/push-messages": 1, "flwr-serverapp /v1/runtime/pull-messages": 1}
+    assert s["object_waits"] == {"flwr-serverapp": {"per_round": 1.0, "seconds_per_round": pytest.approx(1.0)}}
+    md = bench.table({"nodes": 1, "cores": 2, "floats": 122, "gap": 0.3, "machine": "m", "summary": s})
+    assert "7 requests per round, 7 per node" in md and "flwr-serverapp 1.0 per round, 1.00 s" in md
+    with pytest.raises(ValueError, match="3 rounds, none left"):
+        bench.summarize(rows, skip={0, 1, 2}, gap=0.3)
+
+
+def test_flower_benchmark_keeps_the_other_engines_rows_of_an_earlier_run():
+    """``--keep``: a run of the deployment engine merged with an earlier run's in-process and simulation rows,
+    in engine order, every row stamped with the load averages of the run that measured it and the table naming
+    which rows came from which run, also when merged again; other work is refused."""
+    bench = _load("flower")
+
+    def run(engine, clients, seconds):
+        return {"engine": engine, "clients": clients, "startup_seconds": 1.0, "peak_rss_mb": 1.0,
+                "peak_used_mb": 1.0, "methods": [{"method": "FedAvg", "round_seconds": [seconds], "eval_seconds": 0.1,
+                                                "accuracy": 0.5, "traffic": None, "num_parameters": 3,
+                                                "formula_bytes": 24.0}]}
+
+    machine = {"cpu": "cpu", "cores": 2, "torch": "t", "load_average": [1.0, 1.0, 1.0]}
+    earlier = {"machine": {**machine, "load_average": [0.5, 0, 0]}, "rounds": 5, "work": "w", "load_average_end": [2.0],
+               "runs": [run("in-process", 10, 0.01), run("simulation", 10, 0.1), run("deployment", 10, 9.0)]}
+    res = {"machine": machine, "rounds": 5, "work": "w", "load_average_end": [3.0],
+           "runs": [run("deployment", 10, 2.0)]}
+    merged = bench.keep_other_engines(earlier, res, ["deployment"])
+    assert [(r["engine"], r["methods"][0]["round_seconds"], r["load_average"]) for r in merged["runs"]] == [
+        ("in-process", [0.01], [0.5, 2.0]), ("simulation", [0.1], [0.5, 2.0]), ("deployment", [2.0], [1.0, 3.0])]
+    assert ("load average 0.50 at start, 2.00 at end for the in-process, simulation rows (one run); 1.00 at start, "
+            "3.00 at end for the deployment rows (one run).") in bench.markdown(merged)
+    # merged again with a newer run of the simulation engine: every row keeps the run it came from
+    newer = {**res, "machine": {**machine, "load_average": [4.0]}, "load_average_end": [5.0],
+             "runs": [run("simulation", 10, 0.2)]}
+    again = bench.keep_other_engines(merged, newer, ["simulation"])
+    assert [(r["engine"], r["load_average"]) for r in again["runs"]] == [
+        ("in-process", [0.5, 2.0]), ("simulation", [4.0, 5.0]), ("deployment", [1.0, 3.0])]
+    assert "load average 0.50 at start, 2.00 at end for the in-process rows (one run); 4.00" in bench.markdown(again)
+    assert "load average 1.00 at start, 3.00 at end." in bench.markdown(res)  # one run: no rows named
+    with pytest.raises(SystemExit, match="--keep: the earlier flower.json ran other work"):
+        bench.keep_other_engines({**earlier, "rounds": 2}, res, ["deployment"])

@@ -80,20 +80,20 @@ def test_quick_object_retries_passes_the_first_wait_once_and_refuses_a_changed_f
 
     module = types.ModuleType("flowerlike")
     module.pull_objects = pull
-    waits.quick_object_retries(module, "pull_objects")
-    waits.quick_object_retries(module, "pull_objects")  # a second time changes nothing
-    assert module.pull_objects([], None) == (waits.FIRST_WAIT, 10.0)  # the cap and the rest stay Flower's
-    assert module.pull_objects.func is pull and module.pull_objects.keywords == {"initial_backoff": waits.FIRST_WAIT}
+    waits.quick_object_retries(module, "pull_objects", 0.25)
+    waits.quick_object_retries(module, "pull_objects", 0.5)  # a second time changes nothing
+    assert module.pull_objects([], None) == (0.25, 10.0)  # the cap and the rest stay Flower's
+    assert module.pull_objects.func is pull and module.pull_objects.keywords == {"initial_backoff": 0.25}
     module.pull_objects = lambda object_ids, pull_object_fn: None
     with pytest.raises(RuntimeError, match="flowerlike.pull_objects is no longer an object pull"):
-        waits.quick_object_retries(module, "pull_objects")
+        waits.quick_object_retries(module, "pull_objects", 0.25)
     with pytest.raises(RuntimeError, match="flowerlike.gone is no longer"):
-        waits.quick_object_retries(module, "gone")
+        waits.quick_object_retries(module, "gone", 0.25)
 
 
 def test_a_missing_object_is_asked_for_again_after_the_first_wait_not_flowers_second(monkeypatch):
     """Flower's own ``pull_objects``, given pflkit's first wait: the object is missing at the first ask and
-    there at the second, and the wait between them (Flower's jitter set to 0) is ``FIRST_WAIT``, where
+    there at the second, and the wait between them (Flower's jitter set to 0) is the one given, where
     Flower's default waits ``PULL_INITIAL_BACKOFF`` (1 s). The waits are recorded, not timed."""
     pytest.importorskip("flwr")
     from flwr.supercore import constant
@@ -123,15 +123,16 @@ def test_a_missing_object_is_asked_for_again_after_the_first_wait_not_flowers_se
     assert flower.pull_objects(["a"], pull_once_missing()) == {"a": b"content"}
     assert waited == [constant.PULL_INITIAL_BACKOFF] == [1]  # Flower's default: a second
     waited.clear()
-    waits.quick_object_retries(flower, "pull_objects")
+    waits.quick_object_retries(flower, "pull_objects", waits.SERVER_OBJECT_RETRY)
     assert flower.pull_objects(["a"], pull_once_missing()) == {"a": b"content"}
-    assert waited == [waits.FIRST_WAIT]
+    assert waited == [waits.SERVER_OBJECT_RETRY] == [0.01]
 
 
 def test_pflkits_supernode_clientapp_and_serverapp_shorten_flowers_object_retries(monkeypatch):
     """Where Flower's SuperNode loop, ClientApp runtime and deployment grid pull a message's objects, they
-    leave the first wait at Flower's default; pflkit's SuperNode (``shorten_waits``), forked ClientApp and
-    ``PollingGrid`` replace it (each module restored after the test)."""
+    leave the first wait at Flower's default; pflkit's SuperNode (``shorten_waits``) and forked ClientApp replace
+    it with ``NODE_OBJECT_RETRY``, ``PollingGrid`` with ``SERVER_OBJECT_RETRY`` (each module restored after the
+    test)."""
     pytest.importorskip("flwr")
     import flwr.supernode.runtime.run_clientapp as clientapp_runtime
     from flwr.superlink.grid import http_grid
@@ -147,12 +148,12 @@ def test_pflkits_supernode_clientapp_and_serverapp_shorten_flowers_object_retrie
     monkeypatch.setattr(start_client_internal, "time", start_client_internal.time)
 
     supernode.shorten_waits()
-    assert start_client_internal.pull_objects.keywords == {"initial_backoff": waits.FIRST_WAIT}
+    assert start_client_internal.pull_objects.keywords == {"initial_backoff": waits.NODE_OBJECT_RETRY}
     apps.PollingGrid(grid=None)
-    assert http_grid.pull_objects.keywords == {"initial_backoff": waits.FIRST_WAIT}
+    assert http_grid.pull_objects.keywords == {"initial_backoff": waits.SERVER_OBJECT_RETRY}
     import flwr.supernode.cli
 
     monkeypatch.setattr(flwr.supernode.cli, "flwr_clientapp", lambda: None)
     monkeypatch.setattr(sys, "argv", sys.argv)  # run_clientapp sets the ClientApp's
     superexec.run_clientapp(["flwr-clientapp"], quiet=False)
-    assert clientapp_runtime.pull_and_inflate_object_from_tree.keywords == {"initial_backoff": waits.FIRST_WAIT}
+    assert clientapp_runtime.pull_and_inflate_object_from_tree.keywords == {"initial_backoff": waits.NODE_OBJECT_RETRY}

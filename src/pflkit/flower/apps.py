@@ -34,7 +34,7 @@ from flwr.serverapp.strategy import Strategy
 from .client import EVALUATE, MODEL, TRAIN, FederatedClient, Job, Reply, read_partition
 from .server import FederatedServer, FederationError, Pass, Replies, drive, evaluation_due, make_server
 from .spec import RunSpec, specs_from_json
-from .waits import quick_object_retries
+from .waits import SERVER_OBJECT_RETRY, quick_object_retries
 
 MESSAGE_TYPES = {TRAIN: "train", EVALUATE: "evaluate"}
 INFO = "query.info"
@@ -216,7 +216,7 @@ class PollingGrid(Grid):
         from flwr.superlink.grid import http_grid  # here, not at the top: 0.7 s that a ClientApp does not need
 
         self.grid = grid
-        quick_object_retries(http_grid, "pull_objects")  # the deployment engine's grid's object pulls
+        quick_object_retries(http_grid, "pull_objects", SERVER_OBJECT_RETRY)  # the deployment grid
 
     def set_run(self, run) -> None:
         self.grid.set_run(run)

@@ -39,7 +39,7 @@ from multiprocessing import forkserver
 from flwr.supercore.constant import TASK_TYPE_TO_APPIO_API_ADDRESS_ARG, TASK_TYPE_TO_COMMAND, TaskType
 from flwr.supercore.superexec.executor import ExecutionSpec, LaunchResult, SubprocessExecutor
 
-from .waits import Backoff, quick_object_retries, replace_time
+from .waits import NODE_OBJECT_RETRY, Backoff, quick_object_retries, replace_time
 
 #: the wait of every loop's idle polls (per thread: per SuperNode), Flower's poll interval the longest
 BACKOFF = Backoff()
@@ -74,7 +74,7 @@ def run_clientapp(argv: list[str], quiet: bool) -> None:
     sys.argv = argv
     from flwr.supernode.cli import flwr_clientapp
     from flwr.supernode.runtime import run_clientapp as clientapp_runtime
-    quick_object_retries(clientapp_runtime, "pull_and_inflate_object_from_tree")
+    quick_object_retries(clientapp_runtime, "pull_and_inflate_object_from_tree", NODE_OBJECT_RETRY)
     flwr_clientapp()
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 import time
 
-from .waits import FIRST_WAIT, Backoff, quick_object_retries, replace_time
+from .waits import FIRST_WAIT, NODE_OBJECT_RETRY, Backoff, quick_object_retries, replace_time
 
 #: Flower's wait after a pull that brought no message, in seconds (``start_client_internal``'s literal)
 EMPTY_PULL_WAIT = 3.0
@@ -42,7 +42,7 @@ def shorten_waits() -> None:
     from flwr.supernode import start_client_internal
 
     replace_time(start_client_internal, node_sleep(Backoff()))
-    quick_object_retries(start_client_internal, "pull_objects")
+    quick_object_retries(start_client_internal, "pull_objects", NODE_OBJECT_RETRY)
 
 
 def main() -> None:
