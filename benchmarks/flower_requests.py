@@ -15,10 +15,10 @@ meet nodes still starting, is left out), by the process that asked and the API p
 
 * **requests** per round, and the seconds those requests took (their sum: the processes ask concurrently);
 * **object waits**: a process that asks for a message's object before its sender has pushed it waits and asks
-  again (Flower's ``pull_objects``: 1 s at first, doubling; pflkit's processes 0.01 s,
-  ``pflkit.flower.waits.quick_object_retries``). Counted as two asks for objects by one process in one round
-  with no other request between them and more than ``--gap`` seconds from the end of one to the start of the
-  next.
+  again (Flower's ``pull_objects``: 1 s at first, doubling; pflkit's ServerApp ``SERVER_OBJECT_RETRY``, its
+  SuperNodes and ClientApps ``NODE_OBJECT_RETRY``: ``pflkit.flower.waits.quick_object_retries``). Counted as
+  two asks for objects by one process in one round with no other request between them and more than ``--gap``
+  seconds from the end of one to the start of the next.
 
 Writes ``<out>/flower_requests.json`` and ``<out>/flower_requests.md`` and prints the table.
 """

@@ -209,8 +209,8 @@ class PollingGrid(Grid):
     """A Grid that forwards to Flower's and polls for replies every ``POLL_SECONDS`` in
     ``send_and_receive`` (the deployment engine's grid polls every 3 s, which would make every pass of
     a small run last 3 s). Same semantics: push, pull until every reply is in or the timeout passes. A reply
-    pulled before its node has pushed all its objects is asked for again after ``FIRST_WAIT``, not Flower's
-    1 s (:func:`pflkit.flower.waits.quick_object_retries`)."""
+    pulled before its node has pushed all its objects is asked for again after ``SERVER_OBJECT_RETRY``, not
+    Flower's 1 s (:func:`pflkit.flower.waits.quick_object_retries`)."""
 
     def __init__(self, grid: Grid):
         from flwr.superlink.grid import http_grid  # here, not at the top: 0.7 s that a ClientApp does not need

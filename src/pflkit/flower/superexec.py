@@ -66,7 +66,7 @@ def clientapp_argv(spec: ExecutionSpec) -> list[str]:
 def run_clientapp(argv: list[str], quiet: bool) -> None:
     """A forked ClientApp: Flower's ``flwr-clientapp`` entry point with ``argv`` (its output dropped if
     ``quiet``, as Flower's executor drops it), asking again for a message object that its SuperNode does not
-    hold yet after ``FIRST_WAIT`` (:func:`pflkit.flower.waits.quick_object_retries`), not 1 s."""
+    hold yet after ``NODE_OBJECT_RETRY`` (:func:`pflkit.flower.waits.quick_object_retries`), not 1 s."""
     if quiet:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)

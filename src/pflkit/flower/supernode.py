@@ -11,7 +11,7 @@ runs Flower's own ``flower-supernode`` entry point, unchanged, except for the sl
 wait after an empty pull is :class:`pflkit.flower.waits.Backoff`'s (from 0.01 s after a message, growing while
 idle, up to Flower's 3 s), and the waits for the reply and its objects, which look at the node's own memory,
 last at most ``FIRST_WAIT``; a reply wait counts as activity. A message's objects that are not at the SuperLink
-yet are asked for again after ``FIRST_WAIT`` (:func:`pflkit.flower.waits.quick_object_retries`), not 1 s.
+yet are asked for again after ``NODE_OBJECT_RETRY`` (:func:`pflkit.flower.waits.quick_object_retries`), not 1 s.
 Pulls, pushes, retries, TLS and node authentication are Flower's.
 """
 from __future__ import annotations
