@@ -75,16 +75,20 @@ def test_flowers_loops_still_wait_where_pflkit_replaces_their_waits():
 
 
 def test_quick_object_retries_passes_the_first_wait_once_and_refuses_a_changed_flower():
-    def pull(object_ids, pull_object_fn, initial_backoff=1.0, backoff_cap=10.0):
-        return initial_backoff, backoff_cap
+    def pull(object_ids, pull_object_fn, max_time=7200.0, initial_backoff=1.0, backoff_cap=10.0):
+        return initial_backoff, backoff_cap, max_time
 
     module = types.ModuleType("flowerlike")
     module.pull_objects = pull
-    waits.quick_object_retries(module, "pull_objects", 0.25)
-    waits.quick_object_retries(module, "pull_objects", 0.5)  # a second time changes nothing
-    assert module.pull_objects([], None) == (0.25, 10.0)  # the cap and the rest stay Flower's
-    assert module.pull_objects.func is pull and module.pull_objects.keywords == {"initial_backoff": 0.25}
-    module.pull_objects = lambda object_ids, pull_object_fn: None
+    installed = waits.quick_object_retries(module, "pull_objects", 0.25)
+    assert waits.quick_object_retries(module, "pull_objects", 0.5) is installed  # a second time changes nothing
+    assert module.pull_objects is installed and installed.function is pull and installed.first == 0.25
+    assert module.pull_objects([], None) == (0.25, 10.0, 7200.0)  # the cap and the limit stay Flower's
+    installed.deadline = time.monotonic() + 1000
+    assert 999 < module.pull_objects([], None)[2] <= 1000  # the time left, as Flower's max_time
+    installed.deadline = time.monotonic() - 5
+    assert module.pull_objects([], None)[2] == 0.0  # past it: every object asked for once
+    module.pull_objects = lambda object_ids, pull_object_fn, initial_backoff=1.0: None
     with pytest.raises(RuntimeError, match="flowerlike.pull_objects is no longer an object pull"):
         waits.quick_object_retries(module, "pull_objects", 0.25)
     with pytest.raises(RuntimeError, match="flowerlike.gone is no longer"):
@@ -148,12 +152,95 @@ def test_pflkits_supernode_clientapp_and_serverapp_shorten_flowers_object_retrie
     monkeypatch.setattr(start_client_internal, "time", start_client_internal.time)
 
     supernode.shorten_waits()
-    assert start_client_internal.pull_objects.keywords == {"initial_backoff": waits.NODE_OBJECT_RETRY}
+    assert start_client_internal.pull_objects.first == waits.NODE_OBJECT_RETRY
     apps.PollingGrid(grid=None)
-    assert http_grid.pull_objects.keywords == {"initial_backoff": waits.SERVER_OBJECT_RETRY}
+    assert http_grid.pull_objects.first == waits.SERVER_OBJECT_RETRY
     import flwr.supernode.cli
 
     monkeypatch.setattr(flwr.supernode.cli, "flwr_clientapp", lambda: None)
     monkeypatch.setattr(sys, "argv", sys.argv)  # run_clientapp sets the ClientApp's
     superexec.run_clientapp(["flwr-clientapp"], quiet=False)
-    assert clientapp_runtime.pull_and_inflate_object_from_tree.keywords == {"initial_backoff": waits.NODE_OBJECT_RETRY}
+    assert clientapp_runtime.pull_and_inflate_object_from_tree.first == waits.NODE_OBJECT_RETRY
+
+
+def test_a_pull_with_a_deadline_gives_up_at_it_where_flowers_asks_500_times(monkeypatch):
+    """Flower's own ``pull_objects`` for an object that never comes (its sender died between pushing the message
+    and its objects): by default it asks ``PULL_MAX_TRIES_PER_OBJECT`` times (10 s apart at the cap: more than an
+    hour); with a deadline that has passed it asks once and gives up. Waits are recorded, not slept."""
+    pytest.importorskip("flwr")
+    from flwr.supercore import constant
+    from flwr.supercore.inflatable import inflatable_utils as flower
+
+    class Event(threading.Event):
+        def wait(self, timeout=None):
+            return self.is_set()
+
+    monkeypatch.setattr(flower, "threading", types.SimpleNamespace(Event=Event, Lock=threading.Lock))
+    monkeypatch.setattr(flower, "pull_objects", flower.pull_objects)  # restored after the test
+    asked = []
+
+    def never_there(object_id):
+        asked.append(object_id)
+        raise flower.ObjectUnavailableError(object_id)
+
+    with pytest.raises(flower.ObjectPullError):
+        flower.pull_objects(["a"], never_there)
+    assert len(asked) == constant.PULL_MAX_TRIES_PER_OBJECT == 500
+    pull = waits.quick_object_retries(flower, "pull_objects", waits.SERVER_OBJECT_RETRY)
+    asked.clear()
+    pull.deadline = time.monotonic()
+    with pytest.raises(flower.ObjectPullError):
+        flower.pull_objects(["a"], never_there)
+    assert asked == ["a"]
+
+
+def test_a_reply_whose_objects_never_come_is_no_reply_at_the_passs_timeout(monkeypatch):
+    """Flower's deployment grid (``HttpGrid``, its Runtime API stubbed) holds a reply whose objects are never
+    available: ``PollingGrid.send_and_receive`` returns at its timeout with Flower's stand-in error reply (sent
+    from the SuperLink's node), which ``Exchange`` counts as no reply; the pull's deadline is cleared after."""
+    pytest.importorskip("flwr")
+    from flwr.app import ConfigRecord, Metadata, RecordDict
+    from flwr.app.message import make_message, remove_content_from_message
+    from flwr.common.serde import message_to_proto
+    from flwr.proto.message_pb2 import PullObjectResponse
+    from flwr.proto.runtime_pb2 import PullAppMessagesResponse
+    from flwr.supercore.inflatable.inflatable_object import get_object_tree
+    from flwr.superlink.grid import http_grid
+
+    from pflkit.flower import apps
+
+    monkeypatch.setattr(http_grid, "pull_objects", http_grid.pull_objects)  # restored after the test
+    metadata = Metadata(run_id=3, message_id="", src_node_id=7, dst_node_id=1, message_type="train", group_id="2",
+                        ttl=60.0, reply_to_message_id="sent", created_at=0.0)
+    reply = make_message(metadata=metadata, content=RecordDict({"c": ConfigRecord({"loss": 1.0})}))
+    reply.metadata.__dict__["_message_id"] = reply.object_id
+    asked = []
+
+    class RuntimeApi:
+        def PullMessages(self, request):
+            return PullAppMessagesResponse(messages_list=[message_to_proto(remove_content_from_message(reply))],
+                                           message_object_trees=[get_object_tree(reply)])
+
+        def PullObject(self, request):
+            asked.append(request.object_id)
+            return PullObjectResponse(object_found=True, object_available=False)
+
+    flower_grid = http_grid.HttpGrid(token="t")
+    flower_grid._client = RuntimeApi()
+    flower_grid._run = types.SimpleNamespace(run_id=3)
+    grid = apps.PollingGrid(flower_grid)
+    monkeypatch.setattr(grid, "push_messages", lambda messages: ["sent"])
+    done = []
+    worker = threading.Thread(target=lambda: done.append(grid.send_and_receive([], timeout=0.3)), daemon=True)
+    worker.start()
+    worker.join(60)  # Flower's own pull would keep asking for more than an hour
+    assert done, "send_and_receive did not return at its timeout"
+    [stand_in] = done[0]
+    assert stand_in.has_error() and stand_in.metadata.reply_to_message_id == "sent"
+    assert stand_in.metadata.src_node_id == flower_grid.node.node_id != 7
+    assert asked and set(asked) <= {tree.object_id for tree in http_grid.iterate_object_tree(get_object_tree(reply))}
+    assert grid.object_pull.deadline is None
+    exchange = apps.Exchange({0: 7}, timeout=0.3)
+    jobs = {0: types.SimpleNamespace(kind="train")}
+    exchange._down = {}
+    assert exchange.replies(jobs, done[0], 2) == {}  # no reply from client 0: the server decides what follows

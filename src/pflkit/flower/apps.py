@@ -210,13 +210,15 @@ class PollingGrid(Grid):
     ``send_and_receive`` (the deployment engine's grid polls every 3 s, which would make every pass of
     a small run last 3 s). Same semantics: push, pull until every reply is in or the timeout passes. A reply
     pulled before its node has pushed all its objects is asked for again after ``SERVER_OBJECT_RETRY``, not
-    Flower's 1 s (:func:`pflkit.flower.waits.quick_object_retries`)."""
+    Flower's 1 s, and no later than the timeout (:class:`pflkit.flower.waits.ObjectPull`): a reply whose objects
+    never come (its node died between pushing the two) becomes Flower's stand-in error reply, sent from the
+    SuperLink's node, which :class:`Exchange` counts as no reply."""
 
     def __init__(self, grid: Grid):
         from flwr.superlink.grid import http_grid  # here, not at the top: 0.7 s that a ClientApp does not need
 
         self.grid = grid
-        quick_object_retries(http_grid, "pull_objects", SERVER_OBJECT_RETRY)  # the deployment grid
+        self.object_pull = quick_object_retries(http_grid, "pull_objects", SERVER_OBJECT_RETRY)  # deployment grid
 
     def set_run(self, run) -> None:
         self.grid.set_run(run)
@@ -239,14 +241,18 @@ class PollingGrid(Grid):
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
         waiting = set(self.push_messages(messages))
-        end = time.time() + (timeout if timeout is not None else 0.0)
+        end = time.monotonic() + (timeout if timeout is not None else 0.0)
         got: list[Message] = []
-        while waiting and (timeout is None or time.time() < end):
-            replies = list(self.pull_messages(waiting))
-            got.extend(replies)
-            waiting.difference_update(m.metadata.reply_to_message_id for m in replies)
-            if waiting:
-                time.sleep(POLL_SECONDS)
+        self.object_pull.deadline = end if timeout is not None else None
+        try:
+            while waiting and (timeout is None or time.monotonic() < end):
+                replies = list(self.pull_messages(waiting))
+                got.extend(replies)
+                waiting.difference_update(m.metadata.reply_to_message_id for m in replies)
+                if waiting:
+                    time.sleep(POLL_SECONDS)
+        finally:
+            self.object_pull.deadline = None
         return got
 
 

@@ -22,11 +22,12 @@ take the first wait as a parameter (``initial_backoff``) that the modules which 
 default; pflkit passes its own and keeps the doubling, the cap and the limits: ``SERVER_OBJECT_RETRY`` for
 the ServerApp (one process), ``NODE_OBJECT_RETRY`` for SuperNodes and ClientApps, many processes asking at
 once (with 0.01 s for them too, a 100-node deployment on 2 cores ran PERM's rounds slower than with Flower's
-1 s: the extra asks cost the saturated cores more than the waits they saved).
+1 s: the extra asks cost the saturated cores more than the waits they saved). The ServerApp's pulls also end
+at its pass's deadline (:class:`ObjectPull`): a SuperNode killed after pushing a reply and before pushing its
+objects would otherwise hold the ServerApp for more than an hour instead of its pass's timeout.
 """
 from __future__ import annotations
 
-import functools
 import inspect
 import threading
 import time
@@ -85,14 +86,36 @@ def replace_time(module, sleep) -> None:
     module.time = time_with_sleep(sleep)
 
 
-def quick_object_retries(module, name: str, first: float) -> None:
+class ObjectPull:
+    """One of Flower's object pulls (``function``) with pflkit's first wait (``first``, Flower's
+    ``initial_backoff``). While ``deadline`` (a :func:`time.monotonic` value) is set, a pull gives up at it
+    (Flower's ``max_time``; every object is still asked for once), where Flower would keep asking for up to
+    ``PULL_MAX_TRIES_PER_OBJECT`` (500) times, 10 s apart at the cap: more than an hour for a message whose
+    sender died between pushing it and pushing its objects."""
+
+    def __init__(self, function, first: float):
+        self.function, self.first = function, first
+        self.deadline: float | None = None
+
+    def __call__(self, *args, **kwargs):
+        kwargs.setdefault("initial_backoff", self.first)
+        if self.deadline is not None:
+            kwargs["max_time"] = max(self.deadline - time.monotonic(), 0.0)
+        return self.function(*args, **kwargs)
+
+
+def quick_object_retries(module, name: str, first: float) -> ObjectPull:
     """Make ``module.name`` (one of Flower's object pulls, ``pull_objects`` or
     ``pull_and_inflate_object_from_tree``, as a module of Flower's imported it) ask again for a missing object
-    after ``first`` seconds instead of Flower's ``PULL_INITIAL_BACKOFF``. Doing it twice changes nothing."""
+    after ``first`` seconds instead of Flower's ``PULL_INITIAL_BACKOFF``, and return the :class:`ObjectPull`
+    now in its place (set its ``deadline`` to bound the pulls). Doing it twice changes nothing and returns the
+    same one."""
     function = getattr(module, name, None)
-    if isinstance(function, functools.partial) and "initial_backoff" in function.keywords:
-        return
-    if function is None or "initial_backoff" not in inspect.signature(function).parameters:
-        raise RuntimeError(f"{module.__name__}.{name} is no longer an object pull with an initial_backoff: "
-                           "pflkit.flower.waits needs updating for this Flower version")
-    setattr(module, name, functools.partial(function, initial_backoff=first))
+    if isinstance(function, ObjectPull):
+        return function
+    if function is None or not {"initial_backoff", "max_time"} <= set(inspect.signature(function).parameters):
+        raise RuntimeError(f"{module.__name__}.{name} is no longer an object pull with an initial_backoff and a "
+                           "max_time: pflkit.flower.waits needs updating for this Flower version")
+    pull = ObjectPull(function, first)
+    setattr(module, name, pull)
+    return pull
