@@ -244,3 +244,28 @@ def test_a_reply_whose_objects_never_come_is_no_reply_at_the_passs_timeout(monke
     jobs = {0: types.SimpleNamespace(kind="train")}
     exchange._down = {}
     assert exchange.replies(jobs, done[0], 2) == {}  # no reply from client 0: the server decides what follows
+
+
+def test_registration_counts_flowers_stand_in_as_no_reply(monkeypatch):
+    """A node whose info reply's objects never came (Flower's stand-in, sent from the SuperLink's node) is not
+    registered and registration ends naming the count, not 'node <the SuperLink's id> failed'."""
+    pytest.importorskip("flwr")
+    from pflkit.flower import apps
+
+    superlink = 1
+
+    def reply(node, error=None):
+        return types.SimpleNamespace(metadata=types.SimpleNamespace(src_node_id=node),
+                                     has_error=lambda: error is not None, error=types.SimpleNamespace(reason=error),
+                                     content={"info": {"num_clients": 2, "partition": 0}})
+
+    class Grid:
+        def get_node_ids(self):
+            return [11, 12]
+
+        def send_and_receive(self, messages, timeout=None):
+            return [reply(11), reply(superlink, "Reply message objects are unavailable.")]
+
+    monkeypatch.setattr(apps, "Message", lambda *a, **k: None)  # the fake grid needs no Flower messages
+    with pytest.raises(apps.FederationError, match=r"only 1 of 2 nodes registered within 0.2 s"):
+        apps.register(Grid(), timeout=0.2)

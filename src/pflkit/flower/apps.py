@@ -212,7 +212,7 @@ class PollingGrid(Grid):
     pulled before its node has pushed all its objects is asked for again after ``SERVER_OBJECT_RETRY``, not
     Flower's 1 s, and no later than the timeout (:class:`pflkit.flower.waits.ObjectPull`): a reply whose objects
     never come (its node died between pushing the two) becomes Flower's stand-in error reply, sent from the
-    SuperLink's node, which :class:`Exchange` counts as no reply."""
+    SuperLink's node, which :class:`Exchange` and :func:`register` count as no reply."""
 
     def __init__(self, grid: Grid):
         from flwr.superlink.grid import http_grid  # here, not at the top: 0.7 s that a ClientApp does not need
@@ -341,6 +341,8 @@ def register(grid: Grid, timeout: float) -> dict[int, dict]:
         if new:
             msgs = [Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=n, message_type=INFO) for n in new]
             for reply in grid.send_and_receive(msgs, timeout=max(1.0, deadline - time.monotonic())):
+                if reply.metadata.src_node_id not in new:  # Flower's stand-in for a reply whose objects never came
+                    continue
                 if reply.has_error():
                     raise FederationError(f"node {reply.metadata.src_node_id} failed at registration: "
                                           f"{reply.error.reason}")
