@@ -196,8 +196,9 @@ def test_a_pull_with_a_deadline_gives_up_at_it_where_flowers_asks_500_times(monk
 
 def test_a_reply_whose_objects_never_come_is_no_reply_at_the_passs_timeout(monkeypatch):
     """Flower's deployment grid (``HttpGrid``, its Runtime API stubbed) holds a reply whose objects are never
-    available: ``PollingGrid.send_and_receive`` returns at its timeout with Flower's stand-in error reply (sent
-    from the SuperLink's node), which ``Exchange`` counts as no reply; the pull's deadline is cleared after."""
+    available: ``PollingGrid.send_and_receive`` returns at its timeout; Flower's grid gave it its stand-in error
+    reply (sent from the SuperLink's node), which it returns to no one, so ``Exchange`` has no reply from the
+    client; the pull's deadline is cleared after."""
     pytest.importorskip("flwr")
     from flwr.app import ConfigRecord, Metadata, RecordDict
     from flwr.app.message import make_message, remove_content_from_message
@@ -228,6 +229,9 @@ def test_a_reply_whose_objects_never_come_is_no_reply_at_the_passs_timeout(monke
     flower_grid = http_grid.HttpGrid(token="t")
     flower_grid._client = RuntimeApi()
     flower_grid._run = types.SimpleNamespace(run_id=3)
+    pulled = []
+    flowers_pull = flower_grid.pull_messages
+    monkeypatch.setattr(flower_grid, "pull_messages", lambda ids: pulled.extend(flowers_pull(ids)) or pulled[-1:])
     grid = apps.PollingGrid(flower_grid)
     monkeypatch.setattr(grid, "push_messages", lambda messages: ["sent"])
     done = []
@@ -235,7 +239,8 @@ def test_a_reply_whose_objects_never_come_is_no_reply_at_the_passs_timeout(monke
     worker.start()
     worker.join(60)  # Flower's own pull would keep asking for more than an hour
     assert done, "send_and_receive did not return at its timeout"
-    [stand_in] = done[0]
+    assert done[0] == []  # the stand-in answers for no client: nobody gets it
+    [stand_in] = pulled
     assert stand_in.has_error() and stand_in.metadata.reply_to_message_id == "sent"
     assert stand_in.metadata.src_node_id == flower_grid.node.node_id != 7
     assert asked and set(asked) <= {tree.object_id for tree in http_grid.iterate_object_tree(get_object_tree(reply))}
@@ -248,14 +253,18 @@ def test_a_reply_whose_objects_never_come_is_no_reply_at_the_passs_timeout(monke
 
 def test_registration_counts_flowers_stand_in_as_no_reply(monkeypatch):
     """A node whose info reply's objects never came (Flower's stand-in, sent from the SuperLink's node) is not
-    registered and registration ends naming the count, not 'node <the SuperLink's id> failed'."""
+    registered and registration, over ``PollingGrid``, ends naming the count, not 'node <the SuperLink's id>
+    failed'."""
     pytest.importorskip("flwr")
+    from flwr.superlink.grid import http_grid
+
     from pflkit.flower import apps
 
+    monkeypatch.setattr(http_grid, "pull_objects", http_grid.pull_objects)  # restored after the test
     superlink = 1
 
-    def reply(node, error=None):
-        return types.SimpleNamespace(metadata=types.SimpleNamespace(src_node_id=node),
+    def reply(node, to, error=None):
+        return types.SimpleNamespace(metadata=types.SimpleNamespace(src_node_id=node, reply_to_message_id=to),
                                      has_error=lambda: error is not None, error=types.SimpleNamespace(reason=error),
                                      content={"info": {"num_clients": 2, "partition": 0}})
 
@@ -263,9 +272,12 @@ def test_registration_counts_flowers_stand_in_as_no_reply(monkeypatch):
         def get_node_ids(self):
             return [11, 12]
 
-        def send_and_receive(self, messages, timeout=None):
-            return [reply(11), reply(superlink, "Reply message objects are unavailable.")]
+        def push_messages(self, messages):
+            return ["to 11", "to 12"]
+
+        def pull_messages(self, ids):
+            return [reply(11, "to 11"), reply(superlink, "to 12", "Reply message objects are unavailable.")]
 
     monkeypatch.setattr(apps, "Message", lambda *a, **k: None)  # the fake grid needs no Flower messages
     with pytest.raises(apps.FederationError, match=r"only 1 of 2 nodes registered within 0.2 s"):
-        apps.register(Grid(), timeout=0.2)
+        apps.register(apps.PollingGrid(Grid()), timeout=0.2)

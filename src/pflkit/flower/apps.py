@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
 
@@ -212,7 +213,9 @@ class PollingGrid(Grid):
     pulled before its node has pushed all its objects is asked for again after ``SERVER_OBJECT_RETRY``, not
     Flower's 1 s, and no later than the timeout (:class:`pflkit.flower.waits.ObjectPull`): a reply whose objects
     never come (its node died between pushing the two) becomes Flower's stand-in error reply, sent from the
-    SuperLink's node, which :class:`Exchange` and :func:`register` count as no reply."""
+    SuperLink's node. Replies from the SuperLink's node (that stand-in, and the SuperLink's own for a node or
+    message it no longer has) answer for no client: ``send_and_receive`` stops waiting for them and returns
+    them to no one, so every caller sees no reply from that client."""
 
     def __init__(self, grid: Grid):
         from flwr.superlink.grid import http_grid  # here, not at the top: 0.7 s that a ClientApp does not need
@@ -247,7 +250,7 @@ class PollingGrid(Grid):
         try:
             while waiting and (timeout is None or time.monotonic() < end):
                 replies = list(self.pull_messages(waiting))
-                got.extend(replies)
+                got.extend(m for m in replies if m.metadata.src_node_id != SUPERLINK_NODE_ID)
                 waiting.difference_update(m.metadata.reply_to_message_id for m in replies)
                 if waiting:
                     time.sleep(POLL_SECONDS)
@@ -341,8 +344,6 @@ def register(grid: Grid, timeout: float) -> dict[int, dict]:
         if new:
             msgs = [Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=n, message_type=INFO) for n in new]
             for reply in grid.send_and_receive(msgs, timeout=max(1.0, deadline - time.monotonic())):
-                if reply.metadata.src_node_id not in new:  # Flower's stand-in for a reply whose objects never came
-                    continue
                 if reply.has_error():
                     raise FederationError(f"node {reply.metadata.src_node_id} failed at registration: "
                                           f"{reply.error.reason}")
