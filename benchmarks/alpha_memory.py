@@ -99,7 +99,7 @@ def main(argv=None) -> dict:
     if a.point is not None:
         print(json.dumps(point(a.stage, a.profile, a.point)))
         return {}
-    from pflkit.io import write_json, write_text
+    from pflkit.io import write_report
     from speed import machine_info
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(128 * 1024), "OMP_NUM_THREADS": str(a.threads)}
     points = []
@@ -114,11 +114,8 @@ def main(argv=None) -> dict:
     machine = machine_info(torch.device("cpu"))
     machine["memory_gib"] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     res = {"machine": machine, "points": points}
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "alpha_memory.json", res)
     table = markdown(res)
-    write_text(out / "alpha_memory.md", table)
+    write_report(a.out, "alpha_memory", res, table)
     print(table)
     return res
 

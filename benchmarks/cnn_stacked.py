@@ -45,7 +45,7 @@ from speed import LR, image_data, machine_info, time_it  # noqa: E402
 
 from pflkit.algorithms import FedAvg  # noqa: E402
 from pflkit.engine import FunctionalModel, resolve_device  # noqa: E402
-from pflkit.io import write_json, write_text  # noqa: E402
+from pflkit.io import write_report  # noqa: E402
 from pflkit.models import cnn  # noqa: E402
 from reference import fedavg as ref_fedavg  # noqa: E402  (tests/reference: speed put tests/ on sys.path)
 
@@ -243,8 +243,7 @@ def main(argv=None) -> dict:
             res[f"{name}_{when}_machine"] = got["machine"]["cpu"] if got else None
     res["wall_s"] = time.perf_counter() - started
     text = markdown(res)
-    write_json(out / "cnn_stacked.json", res)
-    write_text(out / "cnn_stacked.md", text)
+    write_report(out, "cnn_stacked", res, text)
     print(text)
     return res
 

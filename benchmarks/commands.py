@@ -31,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmar
 from process_tree import run_sampled  # noqa: E402  (one way to measure a process tree's memory)
 from speed import machine_info  # noqa: E402  (one description of the machine for every benchmark)
 
+from pflkit.io import write_report  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = {  # key: (what README shows, the command run here; {venv} is the fresh environment)
     "setup": ("make setup", ["make", "setup", "VENV={venv}"]),
@@ -111,10 +113,8 @@ def main(argv: list[str] | None = None) -> dict:
     measured = {r["key"]: {**r, "cpu": machine.get("cpu")} for r in rows}
     rows = [measured.pop(r["key"], r) for r in old if r["key"] in COMMANDS] + list(measured.values())
     res = {"machine": machine, "rows": rows, "load_average_end": list(os.getloadavg())}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "commands.json").write_text(json.dumps(res, indent=1))
     text = markdown(res)
-    (out / "commands.md").write_text(text)
+    write_report(out, "commands", res, text)
     print(text)
     return res
 

@@ -52,6 +52,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmar
 from process_tree import run_sampled  # noqa: E402  (one way to measure a process tree's memory)
 from speed import machine_info  # noqa: E402  (one description of the machine for every benchmark)
 
+from pflkit.io import write_report  # noqa: E402
+
 ENGINES = ("in-process", "simulation", "deployment", "deployment-per-message")
 SAMPLE_SECONDS = 0.25
 
@@ -282,10 +284,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     out = Path(args.out)
     if args.keep and (out / "flower.json").exists():
         res = keep_other_engines(json.loads((out / "flower.json").read_text()), res, engines)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "flower.json").write_text(json.dumps(res, indent=1))
     text = markdown(res)
-    (out / "flower.md").write_text(text)
+    write_report(out, "flower", res, text)
     print(text)
     return res
 

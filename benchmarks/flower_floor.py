@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from pflkit.device import cpu_model
+from pflkit.io import write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the app the deployment runs instead of pflkit's: a module of the App Bundle's folder (Flower loads it from there)
@@ -187,10 +188,8 @@ def main(argv: list[str] | None = None) -> dict:
     out = {"nodes": args.nodes, "floats": int(sim["num_parameters"]), "seconds": seconds,
            "simulation_round": statistics.mean(sim["round_seconds"]), "machine": f"{cpu}, {os.cpu_count()} cores",
            "load": [load0, os.getloadavg()[0]]}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "flower_floor.json").write_text(json.dumps(out, indent=1) + "\n")
     md = table(out)
-    (args.out / "flower_floor.md").write_text(md)
+    write_report(args.out, "flower_floor", out, md)
     print(md)
     return out
 

@@ -14,7 +14,6 @@ times a node's), next to the machine's memory.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+from pflkit.io import write_report  # noqa: E402
 SETTLE_SECONDS = 8.0
 PROJECT = (10, 50, 100)
 #: roles a deployment has once, whatever its number of nodes
@@ -96,11 +96,8 @@ def main(argv=None) -> int:
     if a.nodes < 1:
         p.error(f"--nodes must be at least 1, got {a.nodes}")
     res = {"runs": [measure(a.nodes, mode) for mode in ("forked", "per-message")]}
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "flower_node_memory.json").write_text(json.dumps(res, indent=1) + "\n")
     text = markdown(res)
-    (out / "flower_node_memory.md").write_text(text)
+    write_report(a.out, "flower_node_memory", res, text)
     print(text)
     return 0
 

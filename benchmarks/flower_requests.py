@@ -33,6 +33,7 @@ import tempfile
 from pathlib import Path
 
 from pflkit.device import cpu_model
+from pflkit.io import write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the sibling benchmark modules
@@ -156,10 +157,8 @@ def main(argv: list[str] | None = None) -> dict:
     out = {"nodes": args.nodes, "cores": args.cores, "floats": int(floats), "gap": args.gap,
            "machine": f"{cpu_model() or 'this machine'}, {os.cpu_count()} cores",
            "summary": summarize(rows, skip, args.gap)}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "flower_requests.json").write_text(json.dumps(out, indent=1) + "\n")
     md = table(out)
-    (args.out / "flower_requests.md").write_text(md)
+    write_report(args.out, "flower_requests", out, md)
     print(md)
     return out
 

@@ -39,7 +39,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from pflkit.algorithms import FedAvg
 from pflkit.engine import FunctionalModel, resolve_device
-from pflkit.io import write_json, write_text
+from pflkit.io import write_report
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark modules
 from speed import (LR, flops_per_client_step, largest_matmul, machine_info, machine_peak,  # noqa: E402
@@ -190,10 +190,8 @@ def main(argv=None) -> dict:
     res["steps"] = [steps_row(w, 4 if a.quick else 50, steps, a.batch_size,
                               steps_repeats if w != "cnn" else max(1 if a.quick else 3, steps_repeats // 3), device,
                               a.quick) for w in a.workloads.split(",")]
-    out = Path(a.out)
-    write_json(out / f"overhead_{device.type}.json", res)
     text = markdown(res)
-    write_text(out / f"overhead_{device.type}.md", text)
+    write_report(a.out, f"overhead_{device.type}", res, text)
     print(text)
     return res
 

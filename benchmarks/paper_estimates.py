@@ -40,6 +40,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 from pflkit.device import cpu_model  # noqa: E402
+from pflkit.io import write_report  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "paper_estimates"
 CURVES = ("perm_fig2", "perm_fig4")
@@ -229,8 +230,6 @@ def main(argv=None) -> int:
 
 def write(out: Path, done: dict) -> None:
     rows = sorted(done.values(), key=lambda e: (e["profile"], e["stage"], e["device"]))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({"stages": rows}, indent=1) + "\n")
     lines = ["| stage | profile | device | estimate | how |", "|---|---|---|---|---|"]
     for e in rows:
         h = e["seconds"] / 3600
@@ -241,7 +240,7 @@ def write(out: Path, done: dict) -> None:
         lines += ["", note]
     lines += ["", "Per method or task: " + "; ".join(
         f"{e['stage']}: " + ", ".join(f"{k} {json.dumps(v)}" for k, v in e["detail"].items()) for e in rows)]
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    write_report(out.parent, out.name, {"stages": rows}, "\n".join(lines) + "\n")
     print(f"wrote {out}.json and .md")
 
 

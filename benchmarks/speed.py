@@ -43,7 +43,7 @@ from pflkit.algorithms.perm import shuffle_steps
 from pflkit.data import FederatedDataset, perm_synthetic
 from pflkit.device import cpu_model
 from pflkit.engine import FunctionalModel, make_generator, resolve_device
-from pflkit.io import write_json, write_text
+from pflkit.io import write_report
 from pflkit.models import cnn, logistic, mlp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the reference twins (tests/reference)
@@ -405,10 +405,7 @@ def main(argv=None) -> dict:
     res["wall_s"] = time.perf_counter() - started
     res["targets"] = targets(res)
     table = markdown(res)
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "speed.json", res)
-    write_text(out / "speed.md", table)
+    write_report(a.out, "speed", res, table)
     print(table)
     return res
 

@@ -14,7 +14,6 @@ run it on an otherwise idle machine.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import subprocess
@@ -98,12 +97,11 @@ def main(argv=None) -> dict:
     rows = [measure(a.stage, t, busy, a.quick, a.timeout)
             for busy in (False, True) for t in a.threads.split(",")]
     import torch
+
+    from pflkit.io import write_report
     res = {"machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
                        "cpus": os.cpu_count(), "torch": torch.__version__}, "quick": a.quick, "rows": rows}
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "threads.json").write_text(json.dumps(res, indent=2) + "\n")
-    (out / "threads.md").write_text(table(rows) + "\n")
+    write_report(a.out, "threads", res, table(rows) + "\n")
     print(table(rows))
     return res
 

@@ -61,7 +61,7 @@ from pflkit.algorithms.round import run_passes
 from pflkit.data import FederatedDataset
 from pflkit.engine import FunctionalModel, broadcast, full_gradients, full_gradients_at
 from pflkit.eval import evaluate
-from pflkit.io import write_json, write_text
+from pflkit.io import write_report
 from pflkit.models import logistic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark modules
@@ -445,10 +445,7 @@ def main(argv=None) -> dict:
         return {}
     res = run(a)
     table = markdown(res)
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "uneven.json", res)
-    write_text(out / "uneven.md", table)  # no heading: README shows it under its own
+    write_report(a.out, "uneven", res, table)  # the table has no heading: README shows it under its own
     print(table)
     return res
 

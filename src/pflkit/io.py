@@ -59,6 +59,12 @@ def write_json(path, obj) -> Path:
     return write_text(path, json.dumps(_jsonable(obj), indent=2, sort_keys=True) + "\n")
 
 
+def write_report(folder, stem: str, data, text: str) -> None:
+    """A benchmark's results: ``data`` as ``<folder>/<stem>.json`` and its table ``text`` as ``<stem>.md``."""
+    write_json(Path(folder) / f"{stem}.json", data)
+    write_text(Path(folder) / f"{stem}.md", text)
+
+
 def write_csv(path, frame: pd.DataFrame) -> Path:
     with atomic_path(path) as tmp:
         frame.to_csv(tmp, index=False, float_format="%.6g")
