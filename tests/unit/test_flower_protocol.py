@@ -14,7 +14,8 @@ from pflkit.data import perm_synthetic
 from pflkit.engine import FunctionalModel
 from pflkit.flower.client import FederatedClient, Job, read_partition, write_partitions
 from pflkit.flower.loopback import run_loopback
-from pflkit.flower.server import drive, make_server, sizes_only
+from pflkit.algorithms.round import drive
+from pflkit.flower.server import FederatedServer, sizes_only
 from pflkit.flower.spec import RunSpec, settings_of
 from pflkit.models import build, logistic
 from pflkit.runner import run
@@ -106,7 +107,7 @@ def test_the_server_sees_sizes_only_and_each_client_its_own_rows():
         x, y = data.client(j)
         assert torch.equal(c.data.x_train, x) and torch.equal(c.data.y_train, y) and c.data.num_clients == 1
     # the PERM round's first pass: every client hosts exactly one personalized model (Alg. 1's Latin square)
-    server = make_server(clients[0].spec, [c.info() for c in clients])
+    server = FederatedServer(clients[0].spec, [c.info() for c in clients])
     drive(server.start(), lambda jobs: {})  # uniform alpha: no pass before round 1
     jobs = next(server.round())
     assert sorted(jobs) == list(range(5))
@@ -133,7 +134,7 @@ def test_a_client_reading_its_partition_file_is_the_client_that_rebuilds_the_fed
             assert torch.equal(a, b) if isinstance(b, torch.Tensor) else a == b, f.name
     record = torch.load(paths[1], weights_only=True)  # its own rows only, not a view of the federation's storage
     assert all(t.untyped_storage().nbytes() == t.nbytes for t in (*record["train"], *record["test"]))
-    server = make_server(spec, [FederatedClient(spec, j, data).info() for j in range(DATA["num_clients"])])
+    server = FederatedServer(spec, [FederatedClient(spec, j, data).info() for j in range(DATA["num_clients"])])
     drive(server.start(), lambda jobs: {})
     job = next(iter(next(server.round()).items()))
     client, one = job

@@ -160,14 +160,20 @@ def run_step(algorithm, p: Pass, data: FederatedDataset) -> Params:
     return getattr(algorithm, p.step)(p.models, data, p.clients, p.draws, p.extra)
 
 
-def run_passes(algorithm, passes: Passes, data: FederatedDataset):
-    """Run a round's passes in this process, each for all its clients at once; returns the round's value."""
+def drive(passes: Passes, exchange, replies=None):
+    """Run a generator of passes to its end, ``exchange`` carrying each pass to the clients and back (or,
+    given ``replies`` to the pass it stands at, going on from there); returns the generator's value."""
     try:
-        p = next(passes)
+        p = next(passes) if replies is None else passes.send(replies)
         while True:
-            p = passes.send(run_step(algorithm, p, data))
+            p = passes.send(exchange(p))
     except StopIteration as stop:
         return stop.value
+
+
+def run_passes(algorithm, passes: Passes, data: FederatedDataset):
+    """Run a round's passes in this process, each for all its clients at once; returns the round's value."""
+    return drive(passes, lambda p: run_step(algorithm, p, data))
 
 
 class PassRound:

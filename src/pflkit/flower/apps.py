@@ -33,7 +33,8 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
 
 from .client import EVALUATE, MODEL, TRAIN, FederatedClient, Job, Reply, read_partition
-from .server import FederatedServer, FederationError, Pass, Replies, drive, evaluation_due, make_server
+from ..algorithms.round import drive
+from .server import FederatedServer, FederationError, Pass, Replies, evaluation_due
 from .spec import RunSpec, specs_from_json
 from .waits import SERVER_OBJECT_RETRY, quick_object_retries
 
@@ -293,7 +294,7 @@ class PflkitStrategy(Strategy):
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):
         got = self.exchange.replies(self._jobs, replies, server_round)
-        drive_rest(self._round, got, lambda jobs: self.exchange(jobs, server_round))
+        drive(self._round, lambda jobs: self.exchange(jobs, server_round), got)
         self.round_seconds[server_round] = time.perf_counter() - self._t
         if self.progress is not None:
             with open(self.progress, "a") as f:
@@ -314,22 +315,12 @@ class PflkitStrategy(Strategy):
         if self._evaluation is None:
             return None
         got = self.exchange.replies(self._jobs, replies, server_round)
-        summary = drive_rest(self._evaluation, got, lambda jobs: self.exchange(jobs, server_round))
+        summary = drive(self._evaluation, lambda jobs: self.exchange(jobs, server_round), got)
         self.eval_seconds[server_round] = time.perf_counter() - self._t
         return MetricRecord({k: float(v) for k, v in summary.items()})
 
     def summary(self) -> None:
         pass
-
-
-def drive_rest(passes, replies: Replies, exchange):
-    """Continue a generator of passes from the replies to its current pass (see ``server.drive``)."""
-    try:
-        jobs = passes.send(replies)
-        while True:
-            jobs = passes.send(exchange(jobs))
-    except StopIteration as stop:
-        return stop.value
 
 
 def register(grid: Grid, timeout: float) -> dict[int, dict]:
@@ -384,7 +375,7 @@ def serve(grid: Grid, specs: list[RunSpec], results: str | None = None) -> dict:
     states = []
     for index, spec in enumerate(specs):
         t1 = time.perf_counter()
-        server = make_server(spec, list(infos.values()))
+        server = FederatedServer(spec, list(infos.values()))
         exchange = Exchange({p: info["node"] for p, info in infos.items()}, spec.timeout, index)
         exchange.grid = grid
         drive(server.start(), exchange)  # round 0: before the first round

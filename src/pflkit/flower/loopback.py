@@ -6,7 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from .client import FederatedClient, Job, Reply
-from .server import FederatedServer, drive, evaluation_due, make_server
+from ..algorithms.round import drive
+from .server import FederatedServer, evaluation_due
 from .spec import RunSpec
 
 
@@ -31,7 +32,7 @@ def run_loopback(spec: RunSpec, *, participation: list[dict] | None = None,
     makes a client silent from that pass on. The server then goes on (or stops) as with a real failure."""
     federation = spec.federation()
     clients = [FederatedClient(spec, j, federation) for j in range(federation.num_clients)]
-    server = make_server(spec, [c.info() for c in clients])
+    server = FederatedServer(spec, [c.info() for c in clients])
 
     def answers(c: int) -> bool:
         i = server.passes

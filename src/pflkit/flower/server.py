@@ -8,14 +8,14 @@ aggregates and steps with its own functions. So a federated run is the in-proces
 
 A server's ``round()`` (and ``start()``, ``evaluate()``) is a generator: it yields one pass at a time,
 ``{client: Job}``, and receives the replies ``{client: Reply}``, so any transport can drive it
-(``drive``: the loopback in one process, or Flower's Grid in ``apps``).
+(``algorithms.round.drive``: the loopback in one process, or Flower's Grid in ``apps``).
 
 The server never sees a sample: its dataset is ``sizes_only`` (the clients' sizes, reported at
 registration), which is all ``sample_clients`` and the alpha solver read.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 
 import pandas as pd
 import torch
@@ -176,21 +176,6 @@ class FederatedServer:
 
     def history(self) -> pd.DataFrame:
         return pd.DataFrame(self.rows, columns=HISTORY_COLUMNS)
-
-
-def make_server(spec: RunSpec, infos: list[dict]) -> FederatedServer:
-    return FederatedServer(spec, infos)
-
-
-def drive(passes: Passes, exchange: Callable[[Pass], Replies]):
-    """Run a generator of passes to its end, ``exchange`` carrying each pass to the clients and back;
-    returns the generator's value."""
-    try:
-        jobs = next(passes)
-        while True:
-            jobs = passes.send(exchange(jobs))
-    except StopIteration as stop:
-        return stop.value
 
 
 def evaluation_due(spec: RunSpec, r: int) -> bool:
