@@ -42,6 +42,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from .checks import check_int
 from .data.federated import FederatedDataset, data_digest
 from .engine.params import is_finite
 from .eval import HISTORY_COLUMNS, evaluate, majority_baseline
@@ -220,8 +221,7 @@ def _check_run_arguments(rounds: int, eval_every: int, checkpoint_every: int, di
         raise ValueError(f"rounds must be >= 1, got {rounds!r}")
     if eval_every < 1:
         raise ValueError(f"eval_every must be >= 1, got {eval_every!r}")
-    if not isinstance(checkpoint_every, int) or isinstance(checkpoint_every, bool) or checkpoint_every < 1:
-        raise ValueError(f"checkpoint_every must be an integer >= 1, got {checkpoint_every!r}")
+    check_int("checkpoint_every", checkpoint_every, 1)
     if isinstance(diverge_factor, bool) or not isinstance(diverge_factor, (int, float)) \
             or not diverge_factor > 1:
         raise ValueError(f"diverge_factor must be a number > 1 (inf: no loss-growth check), got {diverge_factor!r}")

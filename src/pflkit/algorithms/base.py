@@ -13,6 +13,7 @@ from typing import Protocol
 import torch
 
 from .. import seeds
+from ..checks import check_positive
 from ..data.federated import FederatedDataset
 from ..engine.params import Params
 
@@ -39,16 +40,6 @@ def eval_generator(state: BaseState) -> torch.Generator:
     """Draws for evaluation-time adaptation (fine-tuning), separate from the training stream so that
     evaluating never changes the training trajectory."""
     return torch.Generator().manual_seed(seeds.evaluation(state.seed, state.round))
-
-
-def check_positive(name: str, value, integer: bool = False, allow_zero: bool = False):
-    ok_type = isinstance(value, int) and not isinstance(value, bool) if integer else \
-        isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok_type or not (value >= 0 if allow_zero else value > 0):
-        kind = "an integer" if integer else "a number"
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be {kind} {bound}, got {value!r}")
-    return value
 
 
 def check_batch_size(value):

@@ -29,6 +29,8 @@ from typing import Callable, Protocol
 import pandas as pd
 import torch
 
+from ..checks import check_int
+
 __all__ = ["GradientOracle", "Alone", "WGA", "BC", "BiasOracleBC", "CollaborativeRun", "run",
            "autograd_oracle", "tune_step_size", "per_run"]
 
@@ -176,8 +178,7 @@ def run(method, oracle: GradientOracle, x0: torch.Tensor, *, steps: int, eta, ge
     """
     if cpu_threads is None:
         return _run(method, oracle, x0, steps, eta, generator, loss, record_every)
-    if isinstance(cpu_threads, bool) or not isinstance(cpu_threads, int) or cpu_threads < 1:
-        raise ValueError(f"cpu_threads must be an integer >= 1 or None, got {cpu_threads!r}")
+    check_int("cpu_threads", cpu_threads, 1, "an integer >= 1 or None")
     before = torch.get_num_threads()
     torch.set_num_threads(cpu_threads)
     try:
@@ -187,10 +188,7 @@ def run(method, oracle: GradientOracle, x0: torch.Tensor, *, steps: int, eta, ge
 
 
 def _run(method, oracle, x0, steps, eta, generator, loss, record_every) -> CollaborativeRun:
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
-    if isinstance(record_every, bool) or not isinstance(record_every, int) or record_every < 1:
-        raise ValueError(f"record_every must be an integer >= 1, got {record_every!r}")
+    check_int("steps", steps, 0), check_int("record_every", record_every, 1)
     if not isinstance(x0, torch.Tensor) or x0.ndim != 2 or not x0.is_floating_point():
         raise ValueError(f"x0 must be a floating tensor of shape [runs, d], got {getattr(x0, 'shape', x0)!r}")
     x = x0.clone()
@@ -227,8 +225,7 @@ def autograd_oracle(sample_losses: Callable[[torch.Tensor, torch.Generator], tor
     run and user, user i's loss at ``x_users[:, i]`` (every user is given user 0's point). Runs and users do
     not interact, so the gradient of the sum is each (run, user) gradient: one autograd call per step.
     """
-    if isinstance(n_users, bool) or not isinstance(n_users, int) or n_users < 2:
-        raise ValueError(f"n_users (user 0 plus N >= 1 collaborators) must be an integer >= 2, got {n_users!r}")
+    check_int("n_users (user 0 plus N >= 1 collaborators)", n_users, 2)
 
     def oracle(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         with torch.enable_grad():

@@ -11,7 +11,8 @@ from ..data.federated import FederatedDataset
 from ..engine.functional import FunctionalModel
 from ..engine.local_sgd import expand_schedule, local_sgd
 from ..engine.params import Params, broadcast
-from .base import BaseState, check_batch_size, check_positive, eval_generator
+from ..checks import check_positive
+from .base import BaseState, check_batch_size, eval_generator
 from .round import (WEIGHTINGS, Outputs, Pass, PassRound, aggregate, client_weights, local_round, project_ball,
                     sample_clients)
 from .server_opt import ServerOpt

@@ -26,7 +26,8 @@ from ..data.quadratic_clients import QuadraticClients
 from ..engine.local_sgd import expand_schedule
 from ..engine.params import Params, broadcast, scale_like
 from ..theory.surrogate import Theta, theta_1_to_K, theta_K
-from .base import BaseState, check_positive
+from ..checks import check_positive
+from .base import BaseState
 from .fedavg import FederatedRound, FedAvgState
 from .round import Pass, PassRound, client_update, sample_clients
 from .server_opt import SERVER_KINDS, ServerOpt, momentum_step

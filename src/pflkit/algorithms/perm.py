@@ -46,7 +46,8 @@ from ..engine.functional import FunctionalModel
 from ..engine.local_sgd import expand_schedule, local_sgd
 from ..engine.params import Params, apply_masks, broadcast, flatten
 from ..models.width import intersect
-from .base import BaseState, check_batch_size, check_positive, eval_generator
+from ..checks import check_positive
+from .base import BaseState, check_batch_size, eval_generator
 from .round import Pass, PassRound, aggregate, local_round, mask_extra, masks_of, run_passes
 
 ALPHA_SOLVERS = ("exact", "gd")

@@ -67,7 +67,8 @@ from ..engine.functional import FunctionalModel
 from ..engine.local_sgd import expand_schedule, local_sgd
 from ..engine.params import Params, apply_masks, broadcast, flatten
 from ..models.width import EXTRACTIONS, WidthSpec, check_fractions, masks_for, num_parameters
-from .base import BaseState, check_batch_size, check_positive, eval_generator
+from ..checks import check_positive
+from .base import BaseState, check_batch_size, eval_generator
 from .perm import ALPHA_SOLVERS, PERM, PERMState, discrepancies, projected_gd, set_perm_settings, water_filling
 from .round import Pass, PassRound, aggregate, local_round, mask_extra, masks_of
 

@@ -37,7 +37,8 @@ from torch import Tensor
 from ..data.federated import FederatedDataset
 from ..engine.functional import FunctionalModel
 from ..engine.params import Params, broadcast
-from .base import check_positive, eval_generator
+from ..checks import check_positive
+from .base import eval_generator
 from .fedavg import FedAvg, FedAvgState
 from .round import Pass
 from .server_opt import ServerOpt

@@ -23,7 +23,7 @@ from torch import Tensor
 
 from ..engine.params import Params, scale_like
 from ..theory.surrogate import tuned_server
-from .base import check_positive
+from ..checks import check_positive
 
 SERVER_KINDS = ("gd", "heavy_ball", "nesterov", "adam")
 MOMENTUM_KINDS = ("gd", "heavy_ball", "nesterov")  # the kinds :func:`momentum_step` covers

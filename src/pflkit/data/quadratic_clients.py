@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 from torch.func import grad_and_value, vmap
 
+from ..checks import check_int
 from .federated import FederatedDataset
 
 __all__ = ["QuadraticClients", "QuadraticModel", "quadratic_clients", "random_orthogonal"]
@@ -104,8 +105,7 @@ def quadratic_clients(num_clients: int, dim: int, *, mu: float, L: float, C: flo
     exact.
     """
     for name, v in (("num_clients", num_clients), ("dim", dim), ("examples_per_client", examples_per_client)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        check_int(name, v, 1)
     if not (0 < mu <= L) or not math.isfinite(L):
         raise ValueError(f"need 0 < mu <= L < inf, got mu={mu!r}, L={L!r}")
     if not C >= 0:
@@ -152,9 +152,7 @@ class QuadraticModel:
 
     def __init__(self, dim: int, device: str | torch.device = "cpu", init_scale: float = 1.0,
                  dtype: torch.dtype = torch.float32):
-        if not isinstance(dim, int) or dim < 1:
-            raise ValueError(f"dim must be an integer >= 1, got {dim!r}")
-        self.dim = dim
+        self.dim = check_int("dim", dim, 1)
         self.device = torch.device(device)
         self.init_scale = float(init_scale)
         self.dtype = dtype

@@ -24,6 +24,7 @@ from typing import Sequence
 
 import torch
 
+from ..checks import check_int
 from ..device import resolve_device
 
 __all__ = ["NoisyQuadraticUsers"]
@@ -60,10 +61,7 @@ class NoisyQuadraticUsers:
 
     def __post_init__(self):
         n, dim = self.n_collaborators, self.dim
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"n_collaborators must be an integer >= 1, got {n!r}")
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-            raise ValueError(f"dim must be an integer >= 1, got {dim!r}")
+        check_int("n_collaborators", n, 1), check_int("dim", dim, 1)
         if isinstance(self.sigma, bool) or not isinstance(self.sigma, (int, float)) or not self.sigma >= 0:
             raise ValueError(f"sigma must be a number >= 0, got {self.sigma!r}")
         if self.dtype not in (torch.float32, torch.float64):
@@ -125,7 +123,6 @@ class NoisyQuadraticUsers:
 
     def start(self, x0, runs: int) -> torch.Tensor:
         """The common starting point ``x0`` (number or length-d sequence) for every run: ``[runs, d]``."""
-        if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-            raise ValueError(f"runs must be an integer >= 1, got {runs!r}")
+        check_int("runs", runs, 1)
         point = torch.tensor(_vector("x0", x0, self.dim, positive=False), dtype=self.dtype, device=self.device)
         return point.expand(runs, self.dim).clone()

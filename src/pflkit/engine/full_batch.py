@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..checks import check_int
 from ..data.federated import FederatedDataset
 from .params import Params, broadcast, num_models, take
 
@@ -33,8 +34,7 @@ ROW_BYTES_FACTOR = 4
 def rows_per_call(model, data: FederatedDataset, budget: int | None = None) -> int:
     """How many rows (models x samples) a full-batch call of ``model`` on ``data`` may take."""
     budget = FULL_BATCH_BYTES if budget is None else budget
-    if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
-        raise ValueError(f"budget must be a positive number of bytes, got {budget!r}")
+    check_int("budget", budget, 1, "a positive number of bytes")
     measure = getattr(model, "activation_bytes", None)
     per_row = measure(data.feature_shape) if measure is not None else \
         data.x_train[:1].numel() * data.x_train.element_size()

@@ -44,6 +44,7 @@ from pydantic import Field, model_validator
 from torch import Tensor
 from torch.func import vmap
 
+from ..checks import check_int
 from .. import model_store, seeds
 from ..algorithms.local_update import LocalUpdateGrid, setting_chunks
 from ..algorithms.server_opt import MOMENTUM_KINDS
@@ -165,8 +166,7 @@ def run_grid(model: FunctionalModel, data: FederatedDataset, settings: list[Sett
     for name, v in (("rounds", rounds), ("local_steps", local_steps), ("batch_size", batch_size),
                     ("eval_every", eval_every), ("diverge_patience", diverge_patience),
                     ("settings_chunk", 1 if settings_chunk is None else settings_chunk)):
-        if not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be a positive int, got {v!r}")
+        check_int(name, v, 1, "a positive int")
     dev = data.device
     G = len(settings)
     grid = LocalUpdateGrid(model, gamma=torch.tensor([s.gamma for s in settings], device=dev),

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import torch
 
+from ..checks import check_int
 from ..data.federated import FederatedDataset
 from . import OFFLINE_ENV, require_flower
 from .client import write_partitions
@@ -117,9 +118,7 @@ class Deployment:
         self.clientapps = clientapps
         if insecure and credentials is not None:
             raise ValueError("insecure=True runs without TLS and authentication: it takes no credentials")
-        if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
-            raise ValueError(f"num_nodes must be an integer >= 1, got {num_nodes!r}")
-        self.num_nodes = num_nodes
+        self.num_nodes = check_int("num_nodes", num_nodes, 1)
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="pflkit-flower-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         # each SuperNode's start costs about 1.4 s of CPU (Python and Flower's imports): 100 of them take over a

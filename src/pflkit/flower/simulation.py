@@ -10,6 +10,7 @@ import os
 import sys
 import time
 
+from ..checks import check_int
 from . import OFFLINE_ENV, require_flower
 from .spec import RunSpec, specs_to_json
 
@@ -54,10 +55,8 @@ def simulate(specs: list[RunSpec], *, num_cpus: int = 2, object_store_mb: int = 
     returns what the ServerApp reports (``apps.serve``: per run its history, per-round seconds, traffic;
     the final states) plus ``wall_seconds`` of the whole call (Ray's start-up included)."""
     require_flower()
-    if isinstance(num_cpus, bool) or not isinstance(num_cpus, int) or num_cpus < 1:
-        raise ValueError(f"num_cpus must be an integer >= 1 (Ray actors, one CPU each), got {num_cpus!r}")
-    if isinstance(object_store_mb, bool) or not isinstance(object_store_mb, int) or object_store_mb < 80:
-        raise ValueError(f"object_store_mb must be an integer >= 80 (Ray's minimum), got {object_store_mb!r}")
+    check_int("num_cpus", num_cpus, 1, "an integer >= 1 (Ray actors, one CPU each)")
+    check_int("object_store_mb", object_store_mb, 80, "an integer >= 80 (Ray's minimum)")
 
     # offline before Flower and Ray start: Flower reads its switches when flwr is first imported (below), Ray
     # at ray.init, and Ray's workers inherit this process's environment

@@ -12,6 +12,7 @@ import inspect
 import json
 from dataclasses import asdict, dataclass, field
 
+from ..checks import check_int
 from ..algorithms import (MAML, PERM, FedAvg, Local, LocalizedFedAvg, LocalUpdate, PartialFedAvg, PerFedAvg, PERMHetero,
                           PFedMe)
 from ..algorithms.server_opt import ServerOpt
@@ -139,15 +140,11 @@ class RunSpec:
         if self.batch_order not in BATCH_ORDERS:
             raise ValueError(f"batch_order must be one of {BATCH_ORDERS}, got {self.batch_order!r}")
         for name in ("seed", "rounds", "eval_every"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "seed" else 1):
-                raise ValueError(f"{name} must be an integer >= {0 if name == 'seed' else 1}, got {v!r}")
+            check_int(name, getattr(self, name), 0 if name == "seed" else 1)
         if isinstance(self.timeout, bool) or not isinstance(self.timeout, (int, float)) or not self.timeout > 0:
             raise ValueError(f"timeout must be a number of seconds > 0, got {self.timeout!r}")
         if self.min_clients is not None:
-            if isinstance(self.min_clients, bool) or not isinstance(self.min_clients, int) or self.min_clients < 1:
-                raise ValueError(f"min_clients must be None (every client) or an integer >= 1, "
-                                 f"got {self.min_clients!r}")
+            check_int("min_clients", self.min_clients, 1, "None (every client) or an integer >= 1")
             if not method_class(self.method).tolerates_missing:
                 raise ValueError(f"min_clients must be None for {self.method}: its rounds need every client's "
                                  "output (it does not declare tolerates_missing)")

@@ -14,13 +14,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ..checks import check_int
+
 
 class CharLSTM(nn.Module):
     def __init__(self, vocab_size: int = 90, embed_dim: int = 8, hidden: int = 256, layers: int = 2):
         super().__init__()
         for name, v in (("vocab_size", vocab_size), ("embed_dim", embed_dim), ("hidden", hidden), ("layers", layers)):
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+            check_int(name, v, 1, "a positive int")
         self.hidden, self.num_layers = hidden, layers
         self.embed = nn.Embedding(vocab_size, embed_dim)
         self.ih = nn.ModuleList(nn.Linear(embed_dim if i == 0 else hidden, 4 * hidden) for i in range(layers))

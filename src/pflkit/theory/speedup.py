@@ -27,6 +27,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.linalg import solve_discrete_lyapunov
 
+from ..checks import check_int
+
 __all__ = ["cumulative_bias", "wga_rate_factor", "wga_optimal_weight", "wga_speedup",
            "oracle_rate_factor", "oracle_optimal_weight", "variance_reduction",
            "wga_loss_floor", "bc_loss_floor", "expected_loss", "stationary_loss"]
@@ -151,10 +153,7 @@ def expected_loss(*, steps: int, eta: float, N: int, sigma: float, zeta=1.0, x0=
     ``zeta``, ``x0`` and ``curvature`` are numbers or per-coordinate sequences (diagonal problem: the
     coordinates are independent and their losses add).
     """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
-    if isinstance(record_every, bool) or not isinstance(record_every, int) or record_every < 1:
-        raise ValueError(f"record_every must be an integer >= 1, got {record_every!r}")
+    check_int("steps", steps, 0), check_int("record_every", record_every, 1)
     _check_weight("a", a), _check_weight("b", b), _check_n(N), _check_nonneg("sigma", sigma)
     if not eta > 0:
         raise ValueError(f"eta must be > 0, got {eta!r}")
