@@ -76,6 +76,8 @@ class FederatedRound(PassRound):
     every client, unless the method says otherwise (``personalize_pass``)."""
 
     sends = "models"
+    #: the client step a round asks its participants for
+    client_step = "local_models"
     radius: float | None = None
     tolerates_missing = True  # a participant that does not answer is left out of the round's average
 
@@ -100,9 +102,14 @@ class FederatedRound(PassRound):
     def participants(self, s: FedAvgState) -> Tensor:
         return sample_clients(s.data.num_clients, self.clients_per_round, s.generator)
 
+    def batch_schedule(self, clients: Tensor) -> Tensor:
+        """The clients whose minibatches the client step draws, one row per draw: [local_steps, M]."""
+        return expand_schedule(clients, self.local_steps)
+
     def client_pass(self, s: FedAvgState, clients: Tensor) -> Pass:
-        """The round's client step on the participants (every client starts from the server model)."""
-        raise NotImplementedError
+        """The round's client step (``client_step``) on the participants, every one from the server model."""
+        return Pass(self.client_step, clients, s.w, s.generator, self.batch_schedule(clients), self.batch_size,
+                    shared=True)
 
     def round_passes(self, s: FedAvgState):
         clients = self.participants(s)
@@ -141,10 +148,6 @@ class FedAvg(FederatedRound):
         """The participants' local models [M, ..] from the global model w (``local_round``)."""
         return local_round(self.model, w, data, clients, steps=self.local_steps, lr=self.lr,
                            batch_size=self.batch_size, generator=generator)
-
-    def client_pass(self, s: FedAvgState, clients: Tensor) -> Pass:
-        return Pass("local_models", clients, s.w, s.generator, expand_schedule(clients, self.local_steps),
-                    self.batch_size, shared=True)
 
 
 class LocalizedFedAvg(FedAvg):

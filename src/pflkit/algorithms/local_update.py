@@ -28,7 +28,7 @@ from ..engine.params import Params, broadcast, scale_like
 from ..theory.surrogate import Theta, theta_1_to_K, theta_K
 from ..checks import check_positive
 from .base import BaseState
-from .fedavg import FederatedRound, FedAvgState
+from .fedavg import FederatedRound
 from .round import Pass, PassRound, client_update, sample_clients
 from .server_opt import SERVER_KINDS, ServerOpt, momentum_step
 
@@ -58,6 +58,7 @@ class LocalUpdate(FederatedRound):
 
     name = "LocalUpdate"
     sends = "pseudo_gradients"
+    client_step = "updates"
     client_steps = FederatedRound.client_steps + ("updates",)
 
     def __init__(self, model, *, theta, gamma: float, alpha: float = 0.0, batch_size: int,
@@ -83,9 +84,6 @@ class LocalUpdate(FederatedRound):
     def batch_schedule(self, clients: Tensor) -> Tensor:
         """The one ``sample_indices`` call of ``client_updates``: [K, M]."""
         return expand_schedule(clients, self.theta.K)
-
-    def client_pass(self, s: FedAvgState, clients: Tensor) -> Pass:
-        return Pass("updates", clients, s.w, s.generator, self.batch_schedule(clients), self.batch_size, shared=True)
 
 
 class MAML(LocalUpdate):

@@ -121,10 +121,6 @@ class PerFedAvg(FedAvg):
     def local_models(self, w: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
         return self.client_updates(w, data, clients, generator)
 
-    def client_pass(self, s: FedAvgState, clients: Tensor) -> Pass:
-        return Pass("local_models", clients, s.w, s.generator, self.batch_schedule(clients), self.batch_size,
-                    shared=True)
-
     def adapted(self, w: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
         """w - alpha g(w; D_i) for every listed client i, D_i one training minibatch."""
         idx = data.sample_indices(clients.unsqueeze(0), self.batch_size, generator)[0]

@@ -84,10 +84,6 @@ class PFedMe(FedAvg):
             local = {k: p - self.lr * lam * (p - theta[k]) for k, p in local.items()}
         return local, theta
 
-    def batch_schedule(self, clients: Tensor) -> Tensor:
-        """The one ``sample_indices`` call of ``client_updates``: [R, M]."""
-        return clients.unsqueeze(0).expand(self.local_steps, len(clients))
-
     # -- the one round (``FederatedRound``) with pFedMe's client step; the server mixing is ServerOpt gd at lr beta
     def local_models(self, w: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
         local, _ = self.client_updates(w, data, clients, generator)
@@ -96,10 +92,6 @@ class PFedMe(FedAvg):
     def personal_models(self, w: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
         _, theta = self.client_updates(w, data, clients, generator)
         return theta
-
-    def client_pass(self, s: FedAvgState, clients: Tensor) -> Pass:
-        return Pass("local_models", clients, s.w, s.generator, self.batch_schedule(clients), self.batch_size,
-                    shared=True)
 
     def personalize_pass(self, s: FedAvgState) -> Pass:
         clients = torch.arange(s.data.num_clients)
