@@ -3,9 +3,8 @@ term of the mixing weights, shuffling with distinct architectures, and the reduc
 import pytest
 import torch
 
-from pflkit.algorithms.perm import PERM, shuffle_steps, water_filling
-from pflkit.algorithms.perm_hetero import (PartialFedAvg, PERMHetero, complexity_costs, hetero_mixing_weights,
-                                           solve_alpha)
+from pflkit.algorithms.perm import PERM, shuffle_steps, solve_alpha, water_filling
+from pflkit.algorithms.perm_hetero import PartialFedAvg, PERMHetero, complexity_costs, hetero_mixing_weights
 from pflkit.algorithms.round import aggregate, local_round
 from pflkit.engine.params import apply_masks
 from pflkit.data import perm_synthetic

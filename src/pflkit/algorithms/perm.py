@@ -46,7 +46,7 @@ from ..engine.functional import FunctionalModel
 from ..engine.local_sgd import expand_schedule, local_sgd
 from ..engine.params import Params, apply_masks, broadcast, flatten
 from ..models.width import intersect
-from ..checks import check_positive
+from ..checks import check_int, check_positive
 from .base import BaseState, check_batch_size, eval_generator
 from .round import Pass, PassRound, aggregate, local_round, mask_extra, masks_of, run_passes
 
@@ -152,17 +152,24 @@ def client_gradients(model: FunctionalModel, w: Params, data: FederatedDataset, 
     return flatten(local_gradients(model, w, data, samples, generator))
 
 
+def solve_alpha(d: Tensor, n: Tensor, lam: float, costs: Tensor | None = None, *, solver: str = "exact",
+                steps: int = 100, init: Tensor | None = None) -> Tensor:
+    """argmin over the simplex of sum_j a_j (D_ij + c_j) + lambda sum_j a_j^2 / n_j for every row i
+    (``costs`` c_j: PERM-hetero's capacity term; None: none, PERM's eq. (2))."""
+    if solver not in ALPHA_SOLVERS:
+        raise ValueError(f"alpha solver must be one of {ALPHA_SOLVERS}, got {solver!r}")
+    total = d.double() if costs is None else d.double() + costs.double().to(d.device)[None, :]
+    if solver == "exact":
+        return water_filling(total, n, lam)
+    return projected_gd(total, n, lam, steps, init)
+
+
 def alpha_from_gradients(grads: Tensor, n: Tensor, lam: float, *, solver: str = "exact", steps: int = 100,
                          init: Tensor | None = None) -> Tensor:
     """alpha [N, N] from the clients' gradients at the global model (rows [N, P]) and sizes n [N]:
     the server's part of the alpha update (a federated engine gathers the gradients)."""
-    if solver not in ALPHA_SOLVERS:
-        raise ValueError(f"alpha solver must be one of {ALPHA_SOLVERS}, got {solver!r}")
     d = discrepancies(grads)
-    n = n.to(d.device)
-    if solver == "exact":
-        return water_filling(d, n, lam)
-    return projected_gd(d, n, lam, steps, init)
+    return solve_alpha(d, n.to(d.device), lam, solver=solver, steps=steps, init=init)
 
 
 def mixing_weights(model: FunctionalModel, w: Params, data: FederatedDataset, lam: float, *,
@@ -200,11 +207,19 @@ def shuffle_steps(model: FunctionalModel, v: Params, data: FederatedDataset, alp
     With ``masks`` (model i's architecture m_i, stacked [N, ..]; PERM-hetero's visiting rule) model i
     on client c trains the slice m_i AND m_c, the part of it client c can hold."""
     clients = shuffle_clients(sigma, step)
-    scale = shuffle_step_sizes(alpha, clients, lr, data.device)
-    if masks is not None:
-        masks = intersect(masks, {k: m[clients.to(m.device)] for k, m in masks.items()})
-    v, _ = local_sgd(model, v, data, clients, steps=local_steps, lr=scale, batch_size=batch_size,
-                     generator=generator, masks=masks)
+    return _visit(model, v, data, clients, shuffle_step_sizes(alpha, clients, lr, data.device), local_steps,
+                  batch_size, generator, masks)
+
+
+def visiting_masks(masks: Params, clients: Tensor) -> Params:
+    """The visiting rule: the slice of model i on client ``clients[i]`` is m_i AND m_c."""
+    return intersect(masks, {k: m[clients.to(m.device)] for k, m in masks.items()})
+
+
+def _visit(model, v, data, clients, lr, local_steps, batch_size, generator, masks) -> Params:
+    """Model i takes ``local_steps`` SGD steps (size ``lr``: a number or [N]) on client ``clients[i]``."""
+    v, _ = local_sgd(model, v, data, clients, steps=local_steps, lr=lr, batch_size=batch_size, generator=generator,
+                     masks=None if masks is None else visiting_masks(masks, clients))
     return v
 
 
@@ -218,12 +233,8 @@ def alpha_visit_steps(model: FunctionalModel, v: Params, data: FederatedDataset,
                       masks: Params | None = None) -> Params:
     """One round of the visit='alpha' variant: model i moves to a client c ~ alpha_i and takes K SGD steps
     of size eta there (``masks``: the slice m_i AND m_c, as in ``shuffle_steps``)."""
-    clients = alpha_visit_clients(alpha, generator)
-    if masks is not None:
-        masks = intersect(masks, {k: m[clients.to(m.device)] for k, m in masks.items()})
-    v, _ = local_sgd(model, v, data, clients, steps=local_steps, lr=lr, batch_size=batch_size,
-                     generator=generator, masks=masks)
-    return v
+    return _visit(model, v, data, alpha_visit_clients(alpha, generator), lr, local_steps, batch_size, generator,
+                  masks)
 
 
 # --------------------------------------------------------------------------- the algorithm
@@ -235,38 +246,6 @@ class PERMState(BaseState):
     sigma: Tensor | None  # the current epoch's permutation
     shuffle_round: int  # rounds since personalization started
     grad_mean: Params | None = None  # the clients' mean exact gradient at w, kept by the last alpha update
-
-
-def set_perm_settings(obj, *, local_steps: int, lr: float, batch_size: int | None, lam: float, alpha_solver: str,
-                      alpha_steps: int, alpha_samples: int | None, global_lr: float, global_steps: int,
-                      warmup_rounds: int, warmup_lr: float | None, alpha_init: str, update_every,
-                      visit: str = "shuffle") -> None:
-    """Check PERM's settings (shared by PERM and PERMHetero) and set them on ``obj``."""
-    obj.local_steps = check_positive("local_steps", local_steps, integer=True)
-    obj.lr = check_positive("lr", lr)
-    obj.batch_size = check_batch_size(batch_size)
-    obj.lam = check_positive("lam", lam, allow_zero=True)
-    if alpha_solver not in ALPHA_SOLVERS:
-        raise ValueError(f"alpha_solver must be one of {ALPHA_SOLVERS}, got {alpha_solver!r}")
-    if alpha_solver == "exact" and lam == 0:
-        raise ValueError("alpha_solver='exact' needs lam > 0; use 'gd' for lam = 0")
-    obj.alpha_solver = alpha_solver
-    obj.alpha_steps = check_positive("alpha_steps", alpha_steps, integer=True)
-    obj.alpha_samples = None if alpha_samples is None else check_positive("alpha_samples", alpha_samples, integer=True)
-    obj.global_lr = check_positive("global_lr", global_lr)
-    obj.global_steps = check_positive("global_steps", global_steps, integer=True, allow_zero=True)
-    obj.warmup_rounds = check_positive("warmup_rounds", warmup_rounds, integer=True, allow_zero=True)
-    obj.warmup_lr = obj.lr if warmup_lr is None else check_positive("warmup_lr", warmup_lr)
-    if alpha_init not in ALPHA_INITS:
-        raise ValueError(f"alpha_init must be one of {ALPHA_INITS}, got {alpha_init!r}")
-    obj.alpha_init = alpha_init
-    if not (update_every is None or update_every == "epoch" or
-            (isinstance(update_every, int) and not isinstance(update_every, bool) and update_every >= 1)):
-        raise ValueError(f"update_every must be an integer >= 1, 'epoch' or None, got {update_every!r}")
-    obj.update_every = update_every
-    if visit not in VISITS:
-        raise ValueError(f"visit must be one of {VISITS}, got {visit!r}")
-    obj.visit = visit
 
 
 class PERM(PassRound):
@@ -297,10 +276,31 @@ class PERM(PassRound):
                  warmup_lr: float | None = None, alpha_init: str = "uniform",
                  update_every: int | None | str = "epoch", visit: str = "shuffle"):
         self.model = model
-        set_perm_settings(self, local_steps=local_steps, lr=lr, batch_size=batch_size, lam=lam,
-                          alpha_solver=alpha_solver, alpha_steps=alpha_steps, alpha_samples=alpha_samples,
-                          global_lr=global_lr, global_steps=global_steps, warmup_rounds=warmup_rounds,
-                          warmup_lr=warmup_lr, alpha_init=alpha_init, update_every=update_every, visit=visit)
+        self.local_steps = check_positive("local_steps", local_steps, integer=True)
+        self.lr = check_positive("lr", lr)
+        self.batch_size = check_batch_size(batch_size)
+        self.lam = check_positive("lam", lam, allow_zero=True)
+        if alpha_solver not in ALPHA_SOLVERS:
+            raise ValueError(f"alpha_solver must be one of {ALPHA_SOLVERS}, got {alpha_solver!r}")
+        if alpha_solver == "exact" and lam == 0:
+            raise ValueError("alpha_solver='exact' needs lam > 0; use 'gd' for lam = 0")
+        self.alpha_solver = alpha_solver
+        self.alpha_steps = check_positive("alpha_steps", alpha_steps, integer=True)
+        self.alpha_samples = None if alpha_samples is None else \
+            check_positive("alpha_samples", alpha_samples, integer=True)
+        self.global_lr = check_positive("global_lr", global_lr)
+        self.global_steps = check_positive("global_steps", global_steps, integer=True, allow_zero=True)
+        self.warmup_rounds = check_positive("warmup_rounds", warmup_rounds, integer=True, allow_zero=True)
+        self.warmup_lr = self.lr if warmup_lr is None else check_positive("warmup_lr", warmup_lr)
+        if alpha_init not in ALPHA_INITS:
+            raise ValueError(f"alpha_init must be one of {ALPHA_INITS}, got {alpha_init!r}")
+        self.alpha_init = alpha_init
+        if update_every is not None and update_every != "epoch":
+            check_int("update_every", update_every, 1, "an integer >= 1, 'epoch' or None")
+        self.update_every = update_every
+        if visit not in VISITS:
+            raise ValueError(f"visit must be one of {VISITS}, got {visit!r}")
+        self.visit = visit
 
     # -- what PERM-hetero changes: sub-model masks and the mixing weights
     def personal_masks(self, data: FederatedDataset) -> Params | None:
@@ -418,7 +418,7 @@ class PERM(PassRound):
             extra = {"lr": shuffle_step_sizes(s.alpha, clients, self.lr, data.device)}
         personal = self.personal_masks(data)
         if personal is not None:  # the visiting rule: model i on client c trains m_i AND m_c
-            extra.update(mask_extra(intersect(personal, {k: m[clients.to(m.device)] for k, m in personal.items()})))
+            extra.update(mask_extra(visiting_masks(personal, clients)))
         s.v = yield Pass("visiting_steps", clients, s.v, s.generator, expand_schedule(clients, self.local_steps),
                          self.batch_size, extra=extra)
         s.shuffle_round += 1

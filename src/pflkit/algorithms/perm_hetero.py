@@ -69,7 +69,7 @@ from ..engine.params import Params, apply_masks, broadcast, flatten
 from ..models.width import EXTRACTIONS, WidthSpec, check_fractions, masks_for, num_parameters
 from ..checks import check_positive
 from .base import BaseState, check_batch_size, eval_generator
-from .perm import ALPHA_SOLVERS, PERM, PERMState, discrepancies, projected_gd, set_perm_settings, water_filling
+from .perm import PERM, PERMState, discrepancies, solve_alpha
 from .round import Pass, PassRound, aggregate, local_round, mask_extra, masks_of
 
 DISCREPANCIES = ("paper", "shared")
@@ -122,17 +122,6 @@ def shared_discrepancies(model: FunctionalModel, spec: WidthSpec, fractions: Ten
         sel = (pair == r).to(data.device)
         d = torch.where(sel, discrepancies(g), d)
     return d
-
-
-def solve_alpha(d: Tensor, n: Tensor, lam: float, costs: Tensor | None = None, *, solver: str = "exact",
-                steps: int = 100, init: Tensor | None = None) -> Tensor:
-    """argmin over the simplex of sum_j a_j (D_ij + c_j) + lambda sum_j a_j^2 / n_j for every row i."""
-    if solver not in ALPHA_SOLVERS:
-        raise ValueError(f"alpha solver must be one of {ALPHA_SOLVERS}, got {solver!r}")
-    total = d.double() if costs is None else d.double() + costs.double().to(d.device)[None, :]
-    if solver == "exact":
-        return water_filling(total, n, lam)
-    return projected_gd(total, n, lam, steps, init)
 
 
 def hetero_mixing_weights(model: FunctionalModel, w: Params, masks: Params, data: FederatedDataset, lam: float, *,
@@ -289,22 +278,16 @@ class PERMHetero(_WidthMasks, PERM):
 
     name = "PERM-hetero"
 
-    def __init__(self, model: FunctionalModel, spec: WidthSpec, *, fractions: Sequence[float], local_steps: int,
-                 lr: float, batch_size: int | None, lam: float, extraction: str = "static", complexity: float = 0.0,
-                 alpha_solver: str = "gd", alpha_steps: int = 20, alpha_samples: int | None = None,
-                 global_lr: float = 0.1, global_steps: int = 1, warmup_rounds: int = 0,
-                 warmup_lr: float | None = None, alpha_init: str = "uniform",
-                 update_every: int | None | str = "epoch", visit: str = "shuffle", discrepancy: str = "paper",
-                 name: str | None = None):
+    def __init__(self, model: FunctionalModel, spec: WidthSpec, *, fractions: Sequence[float],
+                 extraction: str = "static", complexity: float = 0.0, discrepancy: str = "paper",
+                 name: str | None = None, **perm):
+        """``perm``: PERM's settings (:class:`~pflkit.algorithms.perm.PERM`)."""
         _set_widths(self, model, spec, fractions, extraction)
         if discrepancy not in DISCREPANCIES:
             raise ValueError(f"discrepancy must be one of {DISCREPANCIES}, got {discrepancy!r}")
         self.discrepancy = discrepancy
         self.complexity = check_positive("complexity", complexity, allow_zero=True)
-        set_perm_settings(self, local_steps=local_steps, lr=lr, batch_size=batch_size, lam=lam,
-                          alpha_solver=alpha_solver, alpha_steps=alpha_steps, alpha_samples=alpha_samples,
-                          global_lr=global_lr, global_steps=global_steps, warmup_rounds=warmup_rounds,
-                          warmup_lr=warmup_lr, alpha_init=alpha_init, update_every=update_every, visit=visit)
+        super().__init__(model, **perm)
         if name is not None:
             self.name = name
 
