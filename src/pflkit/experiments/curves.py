@@ -91,12 +91,15 @@ def _localized(m, c):
 def _perm(m, c, key: str = "perm", visit: str = "shuffle"):
     """PERM from section ``key`` and lr[key]: 'perm' is Alg. 1 as written; 'perm_alpha' the variant whose
     rounds visit clients in proportion to alpha (``PERM(visit='alpha')``), with its own section and lr."""
-    p = getattr(c, key)
-    return PERM(m, local_steps=c.local_steps, lr=c.lr[key], batch_size=c.batch_size, lam=p.lam,
-                alpha_solver=p.alpha_solver, alpha_steps=p.alpha_steps, alpha_samples=p.alpha_samples,
-                global_lr=p.global_lr, global_steps=p.global_steps, warmup_rounds=p.warmup_rounds,
-                warmup_lr=c.lr.get("fedavg"), alpha_init=p.alpha_init, update_every=p.update_every,
-                visit=visit)
+    return PERM(m, **_perm_settings(c, getattr(c, key), c.lr[key], c.lr.get("fedavg")), visit=visit)
+
+
+def _perm_settings(c, p, lr: float, warmup_lr: float | None) -> dict:
+    """PERM's settings from the run config ``c`` and its PERM section ``p`` (PERM's, or PERM-hetero's)."""
+    return dict(local_steps=c.local_steps, lr=lr, batch_size=c.batch_size, lam=p.lam, alpha_solver=p.alpha_solver,
+                alpha_steps=p.alpha_steps, alpha_samples=p.alpha_samples, global_lr=p.global_lr,
+                global_steps=p.global_steps, warmup_rounds=p.warmup_rounds, warmup_lr=warmup_lr,
+                alpha_init=p.alpha_init, update_every=p.update_every)
 
 
 def _perfedavg(variant):
@@ -128,12 +131,9 @@ def _perm_hetero(key: str):
     """PERM-hetero from its ``perm`` section (``perm_hetero_section``); its warm-up FedAvg runs at HeteroFL's lr."""
     def make(m, c, spec, fractions):
         p = perm_hetero_section(key, c)
-        return PERMHetero(m, spec, fractions=fractions, local_steps=c.local_steps, lr=c.lr[key],
-                          batch_size=c.batch_size, lam=p.lam, extraction=p.extraction, complexity=p.complexity,
-                          alpha_solver=p.alpha_solver, alpha_steps=p.alpha_steps, alpha_samples=p.alpha_samples,
-                          global_lr=p.global_lr, global_steps=p.global_steps, warmup_rounds=p.warmup_rounds,
-                          warmup_lr=c.lr.get("heterofl"), alpha_init=p.alpha_init, update_every=p.update_every,
-                          discrepancy=p.discrepancy, name=METHODS[key].name)
+        return PERMHetero(m, spec, fractions=fractions, extraction=p.extraction, complexity=p.complexity,
+                          discrepancy=p.discrepancy, name=METHODS[key].name,
+                          **_perm_settings(c, p, c.lr[key], c.lr.get("heterofl")))
     return make
 
 
