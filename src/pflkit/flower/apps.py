@@ -34,6 +34,7 @@ from flwr.serverapp.strategy import Strategy
 
 from .client import EVALUATE, MODEL, TRAIN, FederatedClient, Job, Reply, read_partition
 from ..algorithms.round import drive
+from ..io import write_text
 from .server import FederatedServer, FederationError, Pass, Replies, evaluation_due
 from .spec import RunSpec, specs_from_json
 from .waits import SERVER_OBJECT_RETRY, quick_object_retries
@@ -171,9 +172,7 @@ class Exchange:
         out, down = [], {"flower": 0, "model": 0, "other": 0}
         for c, job in sorted(jobs.items()):
             content = job_content(Job(job.arrays, {**job.config, "run": self.run_index}))
-            down["flower"] += flower_bytes(content)
-            for k, v in tensor_bytes(job.arrays).items():
-                down[k] += v
+            _count(down, content, job.arrays)
             out.append(Message(content, dst_node_id=self.node_of[c], message_type=MESSAGE_TYPES[job.kind],
                                group_id=str(round_number)))
         self._down = down
@@ -194,9 +193,7 @@ class Exchange:
                                       f"{message.metadata.src_node_id}) failed: {message.error.reason} "
                                       f"(code {message.error.code})")
             got[c] = reply_from(message)
-            up["flower"] += flower_bytes(message.content)
-            for k, v in tensor_bytes(got[c].arrays).items():
-                up[k] += v
+            _count(up, message.content, got[c].arrays)
         self.traffic.append({"round": round_number, "kind": kind, "clients": len(jobs),
                              **{f"down_{k}": v for k, v in self._down.items()},
                              **{f"up_{k}": v for k, v in up.items()}})
@@ -323,6 +320,13 @@ class PflkitStrategy(Strategy):
         pass
 
 
+def _count(total: dict[str, int], content: RecordDict, arrays) -> None:
+    """Add one message's bytes to ``total``: Flower's (``flower_bytes``) and its tensors' by kind."""
+    total["flower"] += flower_bytes(content)
+    for k, v in tensor_bytes(arrays).items():
+        total[k] += v
+
+
 def register(grid: Grid, timeout: float) -> dict[int, dict]:
     """Wait until every partition's node has registered (the number of partitions is what the first
     node reports) and ask each for its info; returns {partition: info (with its node id)}."""
@@ -393,11 +397,8 @@ def serve(grid: Grid, specs: list[RunSpec], results: str | None = None) -> dict:
         states.append(final_state(server))
     out["total_seconds"] = time.perf_counter() - t0
     if results:
-        path = Path(results)
-        torch.save(states, path.with_suffix(".pt"))
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(out, sort_keys=True))
-        tmp.replace(path)
+        torch.save(states, Path(results).with_suffix(".pt"))
+        write_text(results, json.dumps(out, sort_keys=True))  # last and atomically: the run's results are complete
     out["states"] = states
     return out
 

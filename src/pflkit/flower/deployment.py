@@ -40,9 +40,11 @@ import torch
 
 from ..checks import check_int
 from ..data.federated import FederatedDataset
+from ..io import write_text
 from . import OFFLINE_ENV, require_flower
 from .client import write_partitions
 from .credentials import Credentials, make_credentials
+from .reaper import running
 from .spec import RunSpec, specs_to_json
 
 CONNECTION = "pflkit-local"
@@ -161,9 +163,8 @@ class Deployment:
         return proc
 
     def _write_pids(self) -> None:
-        tmp = self.workdir / "pids.json.tmp"  # replaced at once: the reaper never reads half a file
-        tmp.write_text(json.dumps({n: p.pid for n, p in self.procs.items()}, indent=1))
-        os.replace(tmp, self.workdir / "pids.json")
+        # atomically: the reaper never reads half a file
+        write_text(self.workdir / "pids.json", json.dumps({n: p.pid for n, p in self.procs.items()}, indent=1))
 
     def log_tail(self, name: str, lines: int = 30) -> str:
         path = self.workdir / f"{name}.log"
@@ -300,7 +301,7 @@ class Deployment:
                 proc.wait(1)
             except subprocess.TimeoutExpired:
                 pass
-        left = [p.pid for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        left = [p.pid for p in alive if running(p)]
         self.leftover = left
         if self._reaper is not None:  # stopped by its owner: the watchdog exits without touching anything
             (self.workdir / "stopped").write_text("")

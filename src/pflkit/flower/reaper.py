@@ -53,17 +53,18 @@ def end_trees(roots: list[int], grace: float = GRACE_SECONDS) -> list[int]:
         deadline = time.monotonic() + wait
         while alive and time.monotonic() < deadline:  # zombies count as ended (psutil.wait_procs waits on them)
             time.sleep(0.1)
-            alive = [p for p in alive if _running(p)]
-        alive = [p for p in alive if _running(p)]
+            alive = [p for p in alive if running(p)]
+        alive = [p for p in alive if running(p)]
     return [p.pid for p in alive]
 
 
-def _running(proc) -> bool:
-    """Alive and not a zombie (an ended process its parent has not collected yet counts as ended)."""
+def running(proc) -> bool:
+    """Whether ``proc`` (a psutil.Process or a PID) is alive and not a zombie (an ended process its parent has
+    not collected yet counts as ended)."""
     import psutil
 
     try:
-        return proc.status() != psutil.STATUS_ZOMBIE
+        return (psutil.Process(proc) if isinstance(proc, int) else proc).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
 

@@ -39,6 +39,7 @@ from multiprocessing import forkserver
 from flwr.supercore.constant import TASK_TYPE_TO_APPIO_API_ADDRESS_ARG, TASK_TYPE_TO_COMMAND, TaskType
 from flwr.supercore.superexec.executor import ExecutionSpec, LaunchResult, SubprocessExecutor
 
+from .reaper import running
 from .waits import NODE_OBJECT_RETRY, Backoff, quick_object_retries, replace_time
 
 #: the wait of every loop's idle polls (per thread: per SuperNode), Flower's poll interval the longest
@@ -105,16 +106,6 @@ class ForkExecutor(SubprocessExecutor):
             multiprocessing.active_children()
 
 
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie, dead but not yet reaped by its parent, does not)."""
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def serve(run_superexec, addresses: list[str], parent_pids: list[int], poll: float = 0.2) -> None:
     """Run ``run_superexec`` (Flower's loop, with its arguments from the command line) once per address, each
     in a daemon thread, until every parent in ``parent_pids`` is gone (or, with none, every loop has ended)."""
@@ -127,7 +118,7 @@ def serve(run_superexec, addresses: list[str], parent_pids: list[int], poll: flo
     threads = [threading.Thread(target=loop, args=(a,), name=f"superexec {a}", daemon=True) for a in addresses]
     for thread in threads:
         thread.start()
-    while any(t.is_alive() for t in threads) and (not parent_pids or any(_alive(p) for p in parent_pids)):
+    while any(t.is_alive() for t in threads) and (not parent_pids or any(running(p) for p in parent_pids)):
         time.sleep(poll)
 
 
