@@ -29,7 +29,8 @@ import yaml
 from . import stages
 from .config import ConfigError, DEFAULT_PROFILE, PARAMS_ENV, load_params, resolve_threads, validate_stage
 from .device import cpu_model, device_name, resolve_device
-from .paths import link_problem, project_root, why_unwritable as _why_unwritable
+from .paths import link_problem, project_root, shown
+from .paths import why_unwritable as _why_unwritable
 from .stage_env import PROGRESS, TWIN_SHA256 as TWIN_SHA256_ENV
 
 KERNEL = "pflkit"
@@ -490,12 +491,7 @@ def _describe(exc: OSError, root: Path) -> str:
     """``<path>: <reason>`` for an OSError, the path relative to the project when inside it."""
     if exc.filename is None:
         return str(exc)
-    path = Path(exc.filename)
-    try:
-        path = path.relative_to(root)
-    except ValueError:
-        pass
-    return f"{path}: {exc.strerror or exc}"
+    return f"{shown(exc.filename, root)}: {exc.strerror or exc}"
 
 
 def _check_writable(stage: str, root: Path, folders: list[Path], written: list[Path] = ()) -> None:
@@ -511,26 +507,19 @@ def _check_writable(stage: str, root: Path, folders: list[Path], written: list[P
     for folder in dict.fromkeys(folders):  # unique, in order
         why = _why_unwritable(folder)
         if why:
-            problems.append(f"  {_rel(folder, root)}: {why.replace(str(root) + os.sep, '')}")
+            problems.append(f"  {shown(folder, root)}: {why.replace(str(root) + os.sep, '')}")
     for path in written:
         if path.is_dir() and not path.is_symlink():
             for inner, _, _ in os.walk(path):
                 why = _why_unwritable(Path(inner))
                 if why:
-                    problems.append(f"  {_rel(Path(inner), root)}: its old contents cannot be removed: "
+                    problems.append(f"  {shown(Path(inner), root)}: its old contents cannot be removed: "
                                     f"{why.replace(str(root) + os.sep, '')}")
                     break
     problems = list(dict.fromkeys(problems))
     if problems:
         raise StageError(f"stage {stage} cannot write its outputs (nothing was run or removed):\n"
                          + "\n".join(problems))
-
-
-def _rel(path: Path, root: Path) -> str:
-    try:
-        return str(path.relative_to(root))
-    except ValueError:
-        return str(path)
 
 
 def _run_file(running: Path, stage: str, suffix: str) -> Path:
@@ -566,7 +555,7 @@ def _keep_failed(tmp: Path, failed: Path, text: str | None, root: Path) -> str:
     save (``text``, from memory) written whole; else, when that cannot be written (a full disk), the last
     save that reached the disk whole, renamed into place (needs no space). A copy that cannot be kept whole
     is not kept at all (never a truncated .ipynb), and a stale one from an earlier run is removed."""
-    name = _rel(failed, root)
+    name = shown(failed, root)
     why = None
     try:
         failed.unlink(missing_ok=True)

@@ -21,6 +21,13 @@ def resolve(path: str | os.PathLike) -> Path:
     return path if path.is_absolute() else project_root() / path
 
 
+def shown(path: str | os.PathLike, root: str | os.PathLike | None = None) -> str:
+    """``path`` as a message shows it: relative to the project (at ``root``; default this one) when it lies
+    inside it, else as it is."""
+    path, root = Path(path).absolute(), Path(root) if root is not None else project_root()
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+
+
 def link_problem(path: str | os.PathLike, root: str | os.PathLike) -> str | None:
     """Why ``path`` cannot be written as an output of the project at ``root`` (a resolved folder), or None:
     it lies outside the project, or it or a folder between the project and it is a symbolic link (what is

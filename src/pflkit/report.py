@@ -12,7 +12,7 @@ import pandas as pd
 
 from . import __version__, stages
 from .io import write_csv, write_json
-from .paths import project_root, resolve
+from .paths import project_root, resolve, shown
 
 TABLE_DECIMALS = 3
 
@@ -129,12 +129,7 @@ class ResultsFileError(ValueError):
     def __init__(self, path, problem: str):
         self.path, self.problem = Path(path), problem
         self.stage, command = results_writer(self.path.parent)
-        super().__init__(f"{_shown(self.path)}: {problem}; written by stage {self.stage}: run `{command}`")
-
-
-def _shown(path) -> str:
-    root = project_root()
-    return str(path.relative_to(root)) if path.is_absolute() and path.is_relative_to(root) else str(path)
+        super().__init__(f"{shown(self.path)}: {problem}; written by stage {self.stage}: run `{command}`")
 
 
 def results_writer(folder) -> tuple[str, str]:

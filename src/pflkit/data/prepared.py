@@ -38,7 +38,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..io import default_file_mode
-from ..paths import link_problem, project_root, resolve, why_unwritable
+from ..paths import link_problem, project_root, resolve, shown, why_unwritable
 from ..stages import DATA_BY_KEY, DATA_STAGES
 from .synthetic import perm_synthetic as generate, perm_synthetic_arrays, perm_synthetic_from_arrays
 from .text import TextClients, load_shakespeare
@@ -65,7 +65,7 @@ class PreparedFileError(PreparedDataError):
 
     def __init__(self, path: Path, problem: str, stage: str | None):
         self.path, self.problem, self.stage = Path(path), problem, stage
-        super().__init__(f"{_shown(path)}: {problem}; {_rerun(stage)}")
+        super().__init__(f"{shown(path)}: {problem}; {_rerun(stage)}")
 
 
 class PrepareWriteError(RuntimeError):
@@ -184,13 +184,6 @@ def write_folder(folder: Path, arrays: dict[str, np.ndarray], manifest: dict) ->
 #: digests of prepared files by identity, shared between processes (build/: never a DVC output)
 DIGEST_CACHE = "build/prepared_digests.json"
 _digests: dict[str, tuple[tuple[int, int, int, int, int], str]] = {}
-
-
-def _shown(path: Path) -> str:
-    """``path`` relative to the project when it lies inside it (what the messages print)."""
-    path = Path(path).absolute()
-    root = project_root()
-    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
 def _stage_of(folder: Path) -> str | None:
