@@ -135,21 +135,21 @@ def cut_values(stage: str, values: Mapping[str, Any], rounds: int | None = None,
     v = {k: x for k, x in values.items() if k not in RUNNER_KEYS}
     cut = Cut(v)
 
-    def change(key, old, new):
-        if old != new:
-            cut.changes.append(f"{key} {old} -> {new}")
+    def change(values, key, new, label=None):
+        """Set ``values[key]`` to ``new``, recording the change (as ``label``, default ``key``)."""
+        if values[key] != new:
+            cut.changes.append(f"{label or key} {values[key]} -> {new}")
+        values[key] = new
 
     if isinstance(v.get("seeds"), list) and len(v["seeds"]) > 1:
         cut.seeds_full, cut.seeds_run = len(v["seeds"]), 1
-        change("seeds", v["seeds"], v["seeds"][:1])
-        v["seeds"] = v["seeds"][:1]
+        change(v, "seeds", v["seeds"][:1])
     for key in GRID_KEYS:
         grid = v.get(key)
         if isinstance(grid, list) and len(grid) > 2 and all(isinstance(x, (int, float)) for x in grid):
+            change(v, key, _extremes(grid))
             cut.settings_full *= len(grid)
-            v[key] = _extremes(grid)
             cut.settings_run *= len(v[key])
-            change(key, grid, v[key])
     target = rounds if rounds is not None else max(CURVE_ROUNDS, _perm_horizon(v))
     if "alpha_file" in v:  # the stage saves PERM's alpha (perm_fig4, for perm_fig5): it needs a round past the warm-up
         target = max(target, max((v[k].get("warmup_rounds", 0) or 0 for k in ("perm", "perm_alpha")
@@ -159,21 +159,17 @@ def cut_values(stage: str, values: Mapping[str, Any], rounds: int | None = None,
             new = min(v[key], max(target, _least(stage, key)))
             cut.rounds_full += v[key]
             cut.rounds_run += new
-            change(key, v[key], new)
-            v[key] = new
+            change(v, key, new)
     if max_clients is not None and isinstance(v.get("num_clients"), int) and "pool_size" in v \
             and "tasks" not in v and v["num_clients"] > max_clients:
         cut.clients_full, cut.clients_run = v["num_clients"], max_clients
-        change("num_clients", v["num_clients"], max_clients)
-        v["num_clients"] = max_clients
+        change(v, "num_clients", max_clients)
         if isinstance(v.get("clients_per_round"), int):
             v["clients_per_round"] = min(v["clients_per_round"], max_clients)
     if isinstance(v.get("engines"), list) and len(v["engines"]) > 1:
-        change("engines", v["engines"], v["engines"][:1])
-        v["engines"] = v["engines"][:1]
+        change(v, "engines", v["engines"][:1])
     if isinstance(v.get("eval_samples"), int) and v["eval_samples"] > EVAL_SAMPLES:
-        change("eval_samples", v["eval_samples"], EVAL_SAMPLES)
-        v["eval_samples"] = EVAL_SAMPLES
+        change(v, "eval_samples", EVAL_SAMPLES)
     tasks = v.get("tasks")
     if isinstance(tasks, Mapping):
         grid_target = grid_rounds if grid_rounds is not None else GRID_ROUNDS
@@ -184,23 +180,19 @@ def cut_values(stage: str, values: Mapping[str, Any], rounds: int | None = None,
                 new = min(t["rounds"], grid_target)
                 cut.rounds_full += t["rounds"]
                 cut.rounds_run += new
-                change(f"tasks.{name}.rounds", t["rounds"], new)
-                t["rounds"] = new
+                change(t, "rounds", new, f"tasks.{name}.rounds")
             if isinstance(t.get("clients_per_round"), int):
                 new = min(t["clients_per_round"], GRID_CLIENTS)
                 full_clients += t["clients_per_round"]
                 run_clients += new
-                change(f"tasks.{name}.clients_per_round", t["clients_per_round"], new)
-                t["clients_per_round"] = new
+                change(t, "clients_per_round", new, f"tasks.{name}.clients_per_round")
             if isinstance(t.get("eval_samples"), int) and t["eval_samples"] > EVAL_SAMPLES:
-                change(f"tasks.{name}.eval_samples", t["eval_samples"], EVAL_SAMPLES)
-                t["eval_samples"] = EVAL_SAMPLES
+                change(t, "eval_samples", EVAL_SAMPLES, f"tasks.{name}.eval_samples")
         if run_clients:
             cut.clients_full, cut.clients_run = full_clients, run_clients
         shortest = min((t["rounds"] for t in tasks.values() if isinstance(t.get("rounds"), int)), default=None)
         if shortest is not None and isinstance(v.get("tune_window"), int) and v["tune_window"] > shortest:
-            change("tune_window", v["tune_window"], shortest)
-            v["tune_window"] = shortest
+            change(v, "tune_window", shortest)
     return cut
 
 
@@ -273,10 +265,15 @@ def profile_estimate(seconds: float, cut: Cut | None) -> float:
 def measure_baseline() -> int:
     """Peak RSS (bytes) of a process that imports what a stage's kernel imports, measured here and now."""
     code = "import " + ", ".join(BASELINE_IMPORTS)
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return _run_to_end([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)[1]
+
+
+def _run_to_end(cmd: list[str], **popen) -> tuple[int, int]:
+    """Run ``cmd`` to its end: (exit code, peak RSS in bytes of the largest process of its tree)."""
+    proc = subprocess.Popen(cmd, **popen)
     _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return usage.ru_maxrss * 1024
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
+    return proc.returncode, usage.ru_maxrss * 1024
 
 
 @dataclass
@@ -311,10 +308,8 @@ def _run_one(stage, params_rel: str, target: str, log: Path) -> tuple[int, float
            "--profile", target]
     start = time.monotonic()
     with log.open("w") as out:
-        proc = subprocess.Popen(cmd, cwd=project_root(), stdout=out, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(proc.pid, 0)  # ru_maxrss: the largest process of the tree (the kernel)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, time.monotonic() - start, usage.ru_maxrss * 1024, log.read_text(errors="replace")
+        code, peak = _run_to_end(cmd, cwd=project_root(), stdout=out, stderr=subprocess.STDOUT)  # peak: the kernel
+    return code, time.monotonic() - start, peak, log.read_text(errors="replace")
 
 
 def _diverged_cells(root: Path, target: str, stage: str) -> int:
@@ -437,8 +432,7 @@ def _upstream(name: str) -> list[str]:
 
 def format_table(runs: list[StageRun], wall: float, profile: str) -> str:
     """The canary's table (markdown): one row per stage, then the total and the whole-profile estimate."""
-    cols = ("stage", "status", "rounds", "settings", "seconds", "s_per_round", "peak_mib", "budget_mib",
-            "profile_estimate_s", "reason")
+    cols = [c for c in COLUMNS if c != "diverged_cells"]
     head = ("stage", "status", "rounds run/full", "settings run/full", "s", "s/round", "peak MiB", "budget MiB",
             f"{profile} estimate s", "note")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
