@@ -27,6 +27,8 @@ from ..checks import check_positive
 
 SERVER_KINDS = ("gd", "heavy_ball", "nesterov", "adam")
 MOMENTUM_KINDS = ("gd", "heavy_ball", "nesterov")  # the kinds :func:`momentum_step` covers
+#: how the Charles figures and tables name the momentum kinds
+SERVER_LABELS = {"gd": "no momentum", "nesterov": "Nesterov", "heavy_ball": "heavy-ball"}
 
 
 def momentum_step(x: Params, q: Params, buf: Params, lr: Tensor | float, momentum: Tensor | float,

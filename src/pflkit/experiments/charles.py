@@ -19,13 +19,13 @@ import torch
 from pydantic import Field, model_validator
 
 from ..algorithms.local_update import MAML, QuadraticLocalUpdate, ServerOpt, maml_theta
+from ..algorithms.server_opt import SERVER_LABELS
 from ..config import CONDITION_MAX, NonNegatives, Positives, Seed, StageConfig, raise_problems
 from ..data.quadratic_clients import QuadraticModel, quadratic_clients
 from ..report import StageResult, environment, table_records
 from ..theory import surrogate as S
 
 ServerName = Literal["gd", "nesterov", "heavy_ball"]
-SERVER_LABELS = {"gd": "no momentum", "nesterov": "Nesterov", "heavy_ball": "heavy-ball"}
 ANALYTIC = "quadratic clients, analytic (eqs. 11/13, Table 2, 17)"
 SIMULATED = "random A = b1 B^T B + b2 I, simulated (App. D.1)"
 
@@ -404,8 +404,7 @@ def _theorem1(cfg: CharlesTheoryConfig, qc, exact_qc, x: torch.Tensor, gen: torc
             zcrit = float(torch.distributions.Normal(0, 1).icdf(torch.tensor(1 - 0.01 / (2 * want.numel()))))
             rows.append({"Theta": name, "alpha": alpha, "gamma": g, "MC runs": R, "max |z|": float(z),
                          "99% bound": zcrit, "MC holds": bool(z < zcrit), "exact max abs error": float(err)})
-    thm1 = pd.DataFrame(rows).set_index(["Theta", "alpha"])
-    return thm1
+    return pd.DataFrame(rows).set_index(["Theta", "alpha"])
 
 
 def _theorem2(cfg: CharlesTheoryConfig, exact_qc, x: torch.Tensor, gamma: float, gen: torch.Generator) -> pd.DataFrame:
@@ -419,8 +418,7 @@ def _theorem2(cfg: CharlesTheoryConfig, exact_qc, x: torch.Tensor, gamma: float,
         fo = S.surrogate_grad(exact_qc.A, exact_qc.c, x, 0.0, gamma, S.theta_K(K + 1))
         rows.append({"K": K, "max |MAML - grad f~(Theta_2K+1)|": float((q - want).abs().max()),
                      "max |MAML - grad f~(Theta_K+1)| (FOMAML)": float((q - fo).abs().max())})
-    thm2 = pd.DataFrame(rows).set_index("K")
-    return thm2
+    return pd.DataFrame(rows).set_index("K")
 
 
 def _lemmas34(cfg: CharlesTheoryConfig, qc) -> pd.DataFrame:
@@ -438,8 +436,7 @@ def _lemmas34(cfg: CharlesTheoryConfig, qc) -> pd.DataFrame:
                          "B.3 client / bound (11)": float(S.kappa(tight, alpha, gs, S.theta_1_to_K(K))) / b11,
                          "kappa(Theta_K) / bound (13)": float(S.kappa(qc.A, alpha, gl, S.theta_K(K))) / b13,
                          "B.3 client / bound (13)": float(S.kappa(tight, alpha, gl, S.theta_K(K))) / b13})
-    lem34 = pd.DataFrame(rows).set_index(["alpha", "K"])
-    return lem34
+    return pd.DataFrame(rows).set_index(["alpha", "K"])
 
 
 def _lemma5(cfg: CharlesTheoryConfig, qc, thetas: dict, x_star: torch.Tensor) -> pd.DataFrame:
@@ -455,6 +452,14 @@ def _lemma5(cfg: CharlesTheoryConfig, qc, thetas: dict, x_star: torch.Tensor) ->
     return lem5
 
 
+def _surrogate_mu_L(A: torch.Tensor, alpha: float, gamma: float, th) -> tuple[float, float]:
+    """(mu~, L~): the surrogate Hessians' smallest and largest eigenvalues, averaged over the clients (what
+    ``ServerOpt.tuned`` takes)."""
+    lam = torch.linalg.eigvalsh(A)
+    qa = S.distortion_eigenvalues(lam, alpha, gamma, th) * lam
+    return float(qa.min(-1).values.mean()), float(qa.max(-1).values.mean())
+
+
 def _table2(cfg: CharlesTheoryConfig, gen: torch.Generator) -> pd.DataFrame:
     """Table 2: each ServerOpt's measured contraction against its rate, on clients with shared eigenvectors."""
     rows = []
@@ -463,9 +468,7 @@ def _table2(cfg: CharlesTheoryConfig, gen: torch.Generator) -> pd.DataFrame:
     shared = quadratic_clients(cfg.num_clients, cfg.dim, mu=cfg.mu, L=cfg.table2_L, C=cfg.C, shared_basis=True,
                                generator=gen)
     th, g = S.theta_1_to_K(10), 0.2 / cfg.table2_L
-    lam = torch.linalg.eigvalsh(shared.A)
-    qa = S.distortion_eigenvalues(lam, 0.0, g, th) * lam
-    mu_t, L_t = float(qa.min(-1).values.mean()), float(qa.max(-1).values.mean())
+    mu_t, L_t = _surrogate_mu_L(shared.A, 0.0, g, th)
     kap = float(S.kappa(shared.A, 0.0, g, th))
     x_sur = S.surrogate_minimizer(shared.A, shared.c, 0.0, g, th)
     x0 = 3 * torch.randn(cfg.dim, generator=gen, dtype=torch.float64)
@@ -478,8 +481,7 @@ def _table2(cfg: CharlesTheoryConfig, gen: torch.Generator) -> pd.DataFrame:
         rho = float(S.rate(kap, opt))
         rows.append({"ServerOpt": SERVER_LABELS[opt], "kappa": kap, "rho (Table 2)": rho,
                      "measured contraction": measured, "relative difference": measured / rho - 1})
-    table2 = pd.DataFrame(rows).set_index("ServerOpt")
-    return table2
+    return pd.DataFrame(rows).set_index("ServerOpt")
 
 
 def _central(cfg: CharlesTheoryConfig, qc, x_star: torch.Tensor) -> pd.DataFrame:
@@ -489,9 +491,7 @@ def _central(cfg: CharlesTheoryConfig, qc, x_star: torch.Tensor) -> pd.DataFrame
                                ("FedProx Theta_1:10", S.theta_1_to_K(10), 1.0, 0.05),
                                ("FOMAML Theta_4", S.theta_K(4), 0.0, 0.02),
                                ("FedSGD (gamma = 0)", S.theta_1_to_K(10), 0.0, 0.0)]:
-        lam = torch.linalg.eigvalsh(qc.A)
-        qa = S.distortion_eigenvalues(lam, alpha, g, th) * lam
-        mu_t, L_t = float(qa.min(-1).values.mean()), float(qa.max(-1).values.mean())
+        mu_t, L_t = _surrogate_mu_L(qc.A, alpha, g, th)
         xs = QuadraticLocalUpdate(theta=th, gamma=g, alpha=alpha, server_opt=ServerOpt.tuned("gd", mu_t, L_t)).run(
             qc, torch.zeros(cfg.dim), cfg.rounds)
         x_sur = S.surrogate_minimizer(qc.A, qc.c, alpha, g, th)
@@ -501,8 +501,7 @@ def _central(cfg: CharlesTheoryConfig, qc, x_star: torch.Tensor) -> pd.DataFrame
         rows.append({"method": name, "|x_T - x*(a,g,Theta)|": float((xs[-1] - x_sur).norm()),
                      "|x_T - x*|": float((xs[-1] - x_star).norm()),
                      "|x*(a,g,Theta) - x*|": float((x_sur - x_star).norm()), "Corollary 1 bound": cor1})
-    central = pd.DataFrame(rows).set_index("method")
-    return central
+    return pd.DataFrame(rows).set_index("method")
 
 
 def theory(cfg: CharlesTheoryConfig) -> StageResult:
@@ -526,12 +525,11 @@ def theory(cfg: CharlesTheoryConfig) -> StageResult:
     lem5 = _lemma5(cfg, qc, thetas, x_star)
     table2 = _table2(cfg, gen)  # draws from gen after the tables above, as before
     central = _central(cfg, qc, x_star)
-    metrics = {"stage": cfg.stage, "data": f"{cfg.num_clients} random quadratic clients, d={cfg.dim}",
-               "theorem1": table_records(thm1), "theorem2": table_records(thm2), "lemmas34": table_records(lem34),
-               "lemma5": table_records(lem5), "table2": table_records(table2), "central": table_records(central),
-               "runtime_s": round(time.perf_counter() - start, 3), "environment": environment(),
-               "config": cfg.model_dump()}
     frames = {"theorem1": thm1, "theorem2": thm2, "lemmas34": lem34, "lemma5": lem5, "table2": table2,
               "central": central}
+    metrics = {"stage": cfg.stage, "data": f"{cfg.num_clients} random quadratic clients, d={cfg.dim}",
+               **{k: table_records(v) for k, v in frames.items()},
+               "runtime_s": round(time.perf_counter() - start, 3), "environment": environment(),
+               "config": cfg.model_dump()}
     return StageResult(thm1, metrics, metrics["data"], f"{cfg.rounds} rounds, {cfg.monte_carlo_runs} Monte Carlo runs",
                        frames=frames)

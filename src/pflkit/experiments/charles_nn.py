@@ -47,7 +47,7 @@ from torch.func import vmap
 from ..checks import check_int
 from .. import model_store, seeds
 from ..algorithms.local_update import LocalUpdateGrid, setting_chunks
-from ..algorithms.server_opt import MOMENTUM_KINDS
+from ..algorithms.server_opt import MOMENTUM_KINDS, SERVER_LABELS
 from ..config import (HLDA_DEFAULTS, PARTITION_OPTIONS, DatasetName, NonNegatives, PositiveInt, Positives,
                       ProjectPath, Section, Seed, StageConfig, image_partition_problems, image_sources,
                       network_footprint, one_of, raise_problems)
@@ -68,7 +68,6 @@ from ..report import StageResult, environment
 from .images import dataset_record, image_federation
 
 SERVER_KINDS = MOMENTUM_KINDS  # a grid steps its gd, heavy-ball and Nesterov settings together
-SERVER_LABELS = {"gd": "no momentum", "nesterov": "Nesterov", "heavy_ball": "heavy-ball"}
 
 
 # ------------------------------------------------------------------------------- grid runner
