@@ -5,6 +5,7 @@ import dataclasses
 import io as _io
 import json
 import os
+import re
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -47,6 +48,12 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def slug(text: str, empty: str = "model") -> str:
+    """``text`` as a file name: every run of characters other than letters and digits becomes ``_``
+    (``empty`` when nothing is left)."""
+    return re.sub(r"[^A-Za-z0-9]+", "_", str(text)).strip("_") or empty
 
 
 def write_text(path, text: str) -> Path:

@@ -16,14 +16,13 @@ stage's smoke configuration).
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any, Mapping
 
 from .data.federated import data_digest
 from .io import (CheckpointError, load_checkpoint, save_checkpoint, state_from_payload, state_to_payload,
                  write_json)
-from .io import decode_value, encode_value
+from .io import decode_value, encode_value, slug
 from .paths import resolve
 
 FORMAT = "pflkit-model-1"
@@ -40,10 +39,6 @@ def models_dir_of(results_dir: str, stage: str) -> str:
 def models_dir(cfg, folder: str | Path | None = None) -> Path:
     """``folder`` when given, else the stage config's models folder (``models_dir_of``); resolved in the project."""
     return resolve(models_dir_of(cfg.results_dir, cfg.stage) if folder is None else folder)
-
-
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "_", str(text)).strip("_") or "model"
 
 
 def file_name(method: str, seed: int) -> str:

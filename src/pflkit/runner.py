@@ -34,7 +34,6 @@ import functools
 import hashlib
 import math
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -46,7 +45,7 @@ from .checks import check_int
 from .data.federated import FederatedDataset, data_digest
 from .engine.params import is_finite
 from .eval import HISTORY_COLUMNS, evaluate, majority_baseline
-from .io import CheckpointError, load_checkpoint, save_checkpoint, state_from_payload, state_to_payload
+from .io import CheckpointError, load_checkpoint, save_checkpoint, slug, state_from_payload, state_to_payload
 from .progress import Timer, note, tqdm
 from .progress import bar as progress_bar
 from .stage_env import TWIN_SHA256 as TWIN_ENV  # the notebook twin's SHA-256, set by the stage runner
@@ -107,8 +106,7 @@ def run_fingerprint(algorithm, method: str, seed: int, rounds: int, eval_every: 
 
 
 def checkpoint_path(checkpoint_dir: str | Path, method: str, seed: int) -> Path:
-    slug = re.sub(r"[^A-Za-z0-9]+", "_", method).strip("_") or "method"
-    return Path(checkpoint_dir) / f"{slug}__seed{seed}.pt"
+    return Path(checkpoint_dir) / f"{slug(method, 'method')}__seed{seed}.pt"
 
 
 def _stale_reason(saved, fingerprint: str) -> str | None:

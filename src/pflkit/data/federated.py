@@ -27,6 +27,15 @@ BUCKET_MIN_WIDTH = 16
 BUCKET_SLACK_ROWS = 256
 
 
+def _pad(x: Tensor, y: Tensor, off: Tensor, size: Tensor, width: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The clients at offsets ``off`` with ``size`` rows each, padded to ``width`` rows: x [n, width, ...],
+    y [n, width] and the mask [n, width] of real rows (padding repeats each client's first row)."""
+    pos = torch.arange(width)
+    mask = pos.unsqueeze(0) < size.unsqueeze(1)
+    idx = torch.where(mask, off.unsqueeze(1) + pos.unsqueeze(0), off.unsqueeze(1)).to(x.device)
+    return x[idx], y[idx], mask.to(x.device)
+
+
 @dataclass(frozen=True)
 class SizeBucket:
     """Clients of similar size, padded to one width: ``x`` [n_b, width, ...], ``y`` [n_b, width, ...],
@@ -52,8 +61,27 @@ def bucket_width(size: int, ratio: float = BUCKET_RATIO, min_width: int = BUCKET
     return width
 
 
+class Named:
+    """A dataset's ``name`` (what loaded) and ``paper_dataset`` (what the paper used; None: not said), and
+    how a reader sees them: a substitute is named as one."""
+
+    name: str
+    paper_dataset: str | None
+
+    @property
+    def is_substitute(self) -> bool:
+        return self.paper_dataset is not None and self.paper_dataset != self.name
+
+    @property
+    def label(self) -> str:
+        """Human-readable dataset name; names the substitute honestly."""
+        if self.is_substitute:
+            return f"{self.name} (substitute for {self.paper_dataset})"
+        return self.name
+
+
 @dataclass
-class FederatedDataset:
+class FederatedDataset(Named):
     x_train: Tensor
     y_train: Tensor
     train_offsets: Tensor  # [N] int64, CPU
@@ -135,17 +163,6 @@ class FederatedDataset:
     @property
     def feature_shape(self) -> tuple[int, ...]:
         return tuple(self.x_train.shape[1:])
-
-    @property
-    def is_substitute(self) -> bool:
-        return self.paper_dataset is not None and self.paper_dataset != self.name
-
-    @property
-    def label(self) -> str:
-        """Human-readable dataset name; names the substitute honestly."""
-        if self.is_substitute:
-            return f"{self.name} (substitute for {self.paper_dataset})"
-        return self.name
 
     def to(self, device: str | torch.device) -> "FederatedDataset":
         device = torch.device(device)
@@ -245,12 +262,7 @@ class FederatedDataset:
         """All clients' ``split`` data as [N, max_n, ...] with a boolean mask [N, max_n] (cached)."""
         if split not in self._padded:
             x, y, off, size = self._split(split)
-            n_max = int(size.max())
-            pos = torch.arange(n_max)
-            mask = pos.unsqueeze(0) < size.unsqueeze(1)
-            idx = torch.where(mask, off.unsqueeze(1) + pos.unsqueeze(0), off.unsqueeze(1))
-            idx = idx.to(x.device)
-            self._padded[split] = (x[idx], y[idx], mask.to(x.device))
+            self._padded[split] = _pad(x, y, off, size, int(size.max()))
         return self._padded[split]
 
     def train_rows_with_ones(self) -> Tensor:
@@ -302,11 +314,7 @@ class FederatedDataset:
             for b, (members, width) in enumerate(zip(groups, widths)):
                 where[members, 0] = b
                 where[members, 1] = torch.arange(members.numel())
-                pos = torch.arange(width)
-                mask = pos.unsqueeze(0) < size[members].unsqueeze(1)
-                idx = torch.where(mask, off[members].unsqueeze(1) + pos.unsqueeze(0), off[members].unsqueeze(1))
-                idx = idx.to(x.device)
-                buckets.append(SizeBucket(members, x[idx], y[idx], mask.to(x.device)))
+                buckets.append(SizeBucket(members, *_pad(x, y, off[members], size[members], width)))
             self._buckets[key] = (buckets, where)
         return self._buckets[key]
 

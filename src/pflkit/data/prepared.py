@@ -39,13 +39,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..io import default_file_mode
 from ..paths import link_problem, project_root, resolve, shown, why_unwritable
-from ..stages import DATA_BY_KEY, DATA_STAGES
+from ..stages import DATA_BY_KEY, DATA_STAGES, PREPARED
 from .synthetic import perm_synthetic as generate, perm_synthetic_arrays, perm_synthetic_from_arrays
 from .text import TextClients, load_shakespeare
 from .vision import (DatasetUnavailableError, ImageData, SOURCES, Writers, canonical_name, file_digest,
                      load_dataset)
 
-PREPARED = "data/prepared"
 MANIFEST = "manifest.json"
 #: set (to 1) by the stage runner for the default profile (``pflkit.notebooks.run_stage``): the stage must read
 #: its data from data/prepared/ (the data stages' DVC outputs), never from the sources

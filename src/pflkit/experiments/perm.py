@@ -31,7 +31,7 @@ from ..data.federated import FederatedDataset
 from ..data.vision import federate
 from ..engine import FunctionalModel, resolve_device
 from ..engine.full_batch import FULL_BATCH_BYTES, ROW_BYTES_FACTOR
-from ..io import atomic_path
+from ..io import atomic_path, slug
 from ..model_store import models_dir_of
 from ..models import MODELS, build, count_parameters, logistic, mlp
 from ..paths import resolve
@@ -268,7 +268,7 @@ def saved_fig6(cfg: PermFig6Config, folder=None) -> pd.DataFrame:
     rows = {}
     for panel in cfg.schemes:
         data = federation(panel)
-        w = model_store.tensors(folder / f"{model_store.slug(panel)}.pt")["w"]
+        w = model_store.tensors(folder / f"{slug(panel)}.pt")["w"]
         alpha = mixing_weights(model, {k: v.to(data.device) for k, v in w.items()}, data, cfg.lam,
                                solver="exact").cpu()
         rows[panel] = alpha_summary(alpha, data)
