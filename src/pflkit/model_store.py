@@ -65,6 +65,17 @@ def save_tensors(folder: str | Path, stage: str, name: str, tensors: Mapping[str
     return save_checkpoint(Path(folder) / f"{slug(name)}.pt", payload)
 
 
+def save_stage_tensors(cfg, named: Mapping[str, tuple[Mapping[str, Any], Mapping | None]],
+                       folder: str | Path | None = None) -> list[Path]:
+    """A stage's named tensors, ``{name: (tensors, metrics)}``, each saved with :func:`save_tensors` and the
+    stage's config in its models folder (``models_dir``), then its ``index.json``; returns the files."""
+    folder, config = models_dir(cfg, folder), cfg.model_dump()
+    written = [save_tensors(folder, cfg.stage, name, tensors, config=config, metrics=metrics)
+               for name, (tensors, metrics) in named.items()]
+    write_index(folder, cfg.stage, config)
+    return written
+
+
 def write_index(folder: str | Path, stage: str, config: Mapping | None = None) -> Path:
     """``index.json``: every saved file of the folder with its method/name, seed and round."""
     folder = Path(folder)

@@ -746,19 +746,15 @@ def save_models(cfg: NNConfig, result: StageResult, folder=None) -> list[Path]:
     digest of the federation it trained on; with the stage's config and, as metrics, each setting's last
     evaluation as the run recorded it (``final``). Plus ``index.json``. Default folder: the stage's models
     folder (``model_store.models_dir``)."""
-    folder = model_store.models_dir(cfg, folder)
-    config = cfg.model_dump()
-    written = []
+    named = {}
     for task, saved in result.models.items():
         final = saved["final"]
         tensors = {"params": saved["params"], "settings": saved["settings"], "data_digest": saved["data_digest"],
                    "last_round": last_rounds(final, len(saved["settings"]))}
         records = [{"setting": int(r.setting), "round": int(r.round), "metric": str(r.metric), "value": float(r.value)}
                    for r in final.itertuples()]
-        written.append(model_store.save_tensors(folder, cfg.stage, task, tensors, config=config,
-                                                metrics={"final": records}))
-    model_store.write_index(folder, cfg.stage, config)
-    return written
+        named[task] = (tensors, {"final": records})
+    return model_store.save_stage_tensors(cfg, named, folder)
 
 
 def saved_recorded(cfg: NNConfig, folder=None) -> pd.DataFrame:

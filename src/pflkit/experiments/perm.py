@@ -252,12 +252,8 @@ def fig6_frames(result: StageResult) -> "pd.DataFrame":
 
 def save_fig6_models(cfg: PermFig6Config, result: StageResult, folder=None) -> list:
     """Each panel's FedAvg model w^R and the alpha computed at it (``pflkit.model_store``)."""
-    folder = model_store.models_dir(cfg, folder)
-    written = [model_store.save_tensors(folder, cfg.stage, panel, {"w": p.w, "alpha": p.alpha},
-                                        config=cfg.model_dump(), metrics=p.summary)
-               for panel, p in result.panels.items()]
-    model_store.write_index(folder, cfg.stage, cfg.model_dump())
-    return written
+    return model_store.save_stage_tensors(
+        cfg, {panel: ({"w": p.w, "alpha": p.alpha}, p.summary) for panel, p in result.panels.items()}, folder)
 
 
 def saved_fig6(cfg: PermFig6Config, folder=None) -> pd.DataFrame:
@@ -347,13 +343,9 @@ def _convergence_rows(cfg: PermAlphaConvergenceConfig, model, data: FederatedDat
 
 def save_convergence_models(cfg: PermAlphaConvergenceConfig, result: StageResult, folder=None) -> list:
     """Per seed, the FedAvg models w^R at every checkpoint R and w* (``pflkit.model_store``)."""
-    folder = model_store.models_dir(cfg, folder)
-    written = []
-    for seed, (snapshots, w_star) in result.snapshots.items():
-        tensors = {f"R{r}": w for r, w in sorted(snapshots.items())} | {"optimum": w_star}
-        written.append(model_store.save_tensors(folder, cfg.stage, f"seed{seed}", tensors, config=cfg.model_dump()))
-    model_store.write_index(folder, cfg.stage, cfg.model_dump())
-    return written
+    return model_store.save_stage_tensors(
+        cfg, {f"seed{seed}": ({f"R{r}": w for r, w in sorted(snapshots.items())} | {"optimum": w_star}, None)
+              for seed, (snapshots, w_star) in result.snapshots.items()}, folder)
 
 
 def saved_convergence(cfg: PermAlphaConvergenceConfig, folder=None) -> pd.DataFrame:
