@@ -240,7 +240,7 @@ def write(out: Path, done: dict) -> None:
         lines += ["", note]
     lines += ["", "Per method or task: " + "; ".join(
         f"{e['stage']}: " + ", ".join(f"{k} {json.dumps(v)}" for k, v in e["detail"].items()) for e in rows)]
-    write_report(out.parent, out.name, {"stages": rows}, "\n".join(lines) + "\n")
+    write_report(out.parent, out.stem, {"stages": rows}, "\n".join(lines) + "\n")
     print(f"wrote {out}.json and .md")
 
 

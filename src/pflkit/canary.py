@@ -135,11 +135,11 @@ def cut_values(stage: str, values: Mapping[str, Any], rounds: int | None = None,
     v = {k: x for k, x in values.items() if k not in RUNNER_KEYS}
     cut = Cut(v)
 
-    def change(values, key, new, label=None):
-        """Set ``values[key]`` to ``new``, recording the change (as ``label``, default ``key``)."""
-        if values[key] != new:
-            cut.changes.append(f"{label or key} {values[key]} -> {new}")
-        values[key] = new
+    def change(section, key, new, label=None):
+        """Set ``section[key]`` to ``new``, recording the change (as ``label``, default ``key``)."""
+        if section[key] != new:
+            cut.changes.append(f"{label or key} {section[key]} -> {new}")
+        section[key] = new
 
     if isinstance(v.get("seeds"), list) and len(v["seeds"]) > 1:
         cut.seeds_full, cut.seeds_run = len(v["seeds"]), 1

@@ -276,8 +276,8 @@ def _synthetic(stage: str) -> str:
     return f"{_SYNTHETIC}/{stage}"
 
 
-#: the headline numbers of the Charles et al. frontier figures (analytic: no dataset), per figure
 _DELTA_MAX = _h("delta_max", "summary", "*", "delta_max", reduce="max")
+#: the headline numbers of the Charles et al. frontier figures (analytic: no dataset), per figure
 _FRONTIER_HEADLINES: dict[int, tuple[Headline, ...]] = {
     1: (_h("delta_at_rho_half_min", "summary", "('gamma *", "delta_at_rho_0.5", reduce="min"), _DELTA_MAX),
     2: (_h("heavy_ball_max_asymmetry", "heavy_ball_max_asymmetry"), _DELTA_MAX),

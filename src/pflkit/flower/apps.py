@@ -32,9 +32,9 @@ from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
 
-from .client import EVALUATE, MODEL, TRAIN, FederatedClient, Job, Reply, read_partition
 from ..algorithms.round import drive
 from ..io import write_text
+from .client import EVALUATE, MODEL, TRAIN, FederatedClient, Job, Reply, read_partition
 from .server import FederatedServer, FederationError, Pass, Replies, evaluation_due
 from .spec import RunSpec, specs_from_json
 from .waits import SERVER_OBJECT_RETRY, quick_object_retries

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .client import FederatedClient, Job, Reply
 from ..algorithms.round import drive
+from .client import FederatedClient, Job, Reply
 from .server import FederatedServer, evaluation_due
 from .spec import RunSpec
 

@@ -59,12 +59,13 @@ def end_trees(roots: list[int], grace: float = GRACE_SECONDS) -> list[int]:
 
 
 def running(proc) -> bool:
-    """Whether ``proc`` (a psutil.Process or a PID) is alive and not a zombie (an ended process its parent has
-    not collected yet counts as ended)."""
+    """Whether ``proc`` (a psutil.Process or a PID) is alive, still the same process (its PID not reused) and
+    not a zombie (an ended process its parent has not collected yet counts as ended)."""
     import psutil
 
     try:
-        return (psutil.Process(proc) if isinstance(proc, int) else proc).status() != psutil.STATUS_ZOMBIE
+        proc = psutil.Process(proc) if isinstance(proc, int) else proc
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
 
