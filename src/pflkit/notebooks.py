@@ -31,7 +31,7 @@ from .config import ConfigError, DEFAULT_PROFILE, PARAMS_ENV, load_params, resol
 from .device import cpu_model, device_name, resolve_device
 from .paths import link_problem, project_root, shown
 from .paths import why_unwritable as _why_unwritable
-from .stage_env import PROGRESS, TWIN_SHA256 as TWIN_SHA256_ENV
+from .stage_env import PROGRESS, REQUIRE_PREPARED as REQUIRE_PREPARED_ENV, TWIN_SHA256 as TWIN_SHA256_ENV
 
 KERNEL = "pflkit"
 
@@ -387,11 +387,10 @@ def _kernel_environment(progress: Path, code: bytes, params_file: Path, profile:
     - ``PFLKIT_PARAMS`` (:data:`pflkit.config.PARAMS_ENV`): the params file validated here, which the
       notebook's ``from_namespace`` reads (the injected parameters name stage, profile ``default`` and
       the output folders; every other value comes from that file).
-    - ``PFLKIT_REQUIRE_PREPARED`` (:data:`pflkit.data.prepared.REQUIRE_ENV`): 1 for the default profile and
+    - ``PFLKIT_REQUIRE_PREPARED`` (:data:`pflkit.stage_env.REQUIRE_PREPARED`): 1 for the default profile and
       the profiles with a pipeline of their own (``pflkit.stages.PIPELINE_PROFILES``), whose stages must read
       their data from data/prepared/ (the data stages' outputs DVC tracks).
     """
-    from .data.prepared import REQUIRE_ENV as REQUIRE_PREPARED_ENV
     return {PROGRESS: str(progress), TWIN_SHA256_ENV: hashlib.sha256(code).hexdigest(),
             PARAMS_ENV: str(params_file),
             # the pipeline's stages read data only from the data stages' outputs (DVC deps)
@@ -471,7 +470,8 @@ RUNTIME_COLUMNS = ("stage", "profile", "seconds", "device", "threads", "cpu", "f
 def record_runtime(root: Path, stage: str, profile: str, seconds: float, cfg) -> None:
     """Append one stage run's wall time (and where it ran) to ``RUNTIMES_LOG``; never fails the stage."""
     try:
-        name = device_name(resolve_device(cfg.device))
+        # a plot stage (``computes`` False) draws on the CPU; resolving its device would import torch here
+        name = device_name(resolve_device(cfg.device)) if cfg.computes else "cpu"
         cpu = cpu_model() or platform.processor() or platform.machine()
         path = root / RUNTIMES_LOG
         path.parent.mkdir(parents=True, exist_ok=True)

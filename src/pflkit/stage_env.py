@@ -6,3 +6,6 @@ nothing, so the runner's process never imports torch to name them."""
 PROGRESS = "PFLKIT_PROGRESS"
 #: the SHA-256 of the stage's notebook twin, recorded in every checkpoint's identity (:mod:`pflkit.runner`)
 TWIN_SHA256 = "PFLKIT_TWIN_SHA256"
+#: 1: the stage reads its data only from data/prepared/ (the data stages' outputs DVC tracks), never from the
+#: sources (read in :mod:`pflkit.data.prepared`)
+REQUIRE_PREPARED = "PFLKIT_REQUIRE_PREPARED"

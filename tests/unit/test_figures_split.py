@@ -76,14 +76,23 @@ def test_the_figure_modules_import_no_compute_module():
 
 def test_a_plot_notebook_and_its_runner_load_no_torch():
     """Every plot notebook's imports and its config (``FigureConfig.from_namespace``, device auto, threads applied
-    only where a stage computes), and the stage runner's validation of a plot stage, leave torch unloaded: 1.1 s of
-    every plot stage's kernel and runner (a fresh process each)."""
+    only where a stage computes), and the stage runner's steps for a plot stage (validation, the kernel's
+    environment, the runtime line) leave torch unloaded: 1.1 s of every plot stage's kernel and runner (a fresh
+    process each)."""
     imports = sorted({ast.unparse(n) for s in PLOT for n in ast.walk(ast.parse((ROOT / s.notebook).read_text()))
                       if isinstance(n, (ast.Import, ast.ImportFrom))})
     code = "\n".join(["import sys", *imports,
                       "from pflkit.config import load_params, validate_stage",
                       "cfg = plotting.FigureConfig.from_namespace(dict(stage='charles_fig1_plot', profile='default'))",
-                      "validate_stage(load_params('params.yaml'), 'charles_fig1_plot')",
+                      "stage = validate_stage(load_params('params.yaml'), 'charles_fig1_plot')",
+                      # the runner's other steps: the kernel's environment, and the runtime line it records
+                      "import pathlib, tempfile",
+                      "from pflkit.notebooks import _kernel_environment, record_runtime",
+                      "tmp = pathlib.Path(tempfile.mkdtemp())",
+                      "env = _kernel_environment(tmp / 'progress', b'code', tmp / 'params.yaml', 'default')",
+                      "record_runtime(tmp, 'charles_fig1_plot', 'default', 1.0, stage)",
+                      "assert env['PFLKIT_REQUIRE_PREPARED'] == '1', env",
+                      "assert (tmp / 'build/runtimes.csv').read_text().splitlines()[1].split(',')[3] == 'cpu'",
                       "print(cfg.device, cfg.computes, sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"])
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..io import default_file_mode
 from ..paths import link_problem, project_root, resolve, shown, why_unwritable
+from ..stage_env import REQUIRE_PREPARED
 from ..stages import DATA_BY_KEY, DATA_STAGES, PREPARED
 from .synthetic import perm_synthetic as generate, perm_synthetic_arrays, perm_synthetic_from_arrays
 from .text import TextClients, load_shakespeare
@@ -48,7 +49,7 @@ from .vision import (DatasetUnavailableError, ImageData, SOURCES, Writers, canon
 MANIFEST = "manifest.json"
 #: set (to 1) by the stage runner for the default profile (``pflkit.notebooks.run_stage``): the stage must read
 #: its data from data/prepared/ (the data stages' DVC outputs), never from the sources
-REQUIRE_ENV = "PFLKIT_REQUIRE_PREPARED"
+REQUIRE_ENV = REQUIRE_PREPARED  # named in pflkit.stage_env, which the stage runner reads without torch
 FORMAT = 1
 
 
