@@ -9,9 +9,10 @@ import re
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-import pandas as pd
+if TYPE_CHECKING:  # only named: the stage runner writes files through this module without loading pandas
+    import pandas as pd
 
 
 def current_umask() -> int:

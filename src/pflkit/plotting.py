@@ -7,31 +7,13 @@ the DPI of the PNGs. Only plot stages read that section, so changing a figure se
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
-from pydantic import Field
 
-from .config import StageConfig
+from .figure_config import FigureConfig
 from .io import atomic_path
-
-#: what the band around a mean curve shows: +-1 standard deviation over seeds (or runs), +-1 standard
-#: error, or nothing
-BANDS = ("sd", "se", "none")
-CONTEXTS = ("paper", "notebook", "talk", "poster")
-
-
-class FigureConfig(StageConfig):
-    """A plot stage's settings (params.yaml ``figures``): it reads its source stage's results folder
-    (``results_dir``) and writes figures into ``figures_dir``."""
-    computes = False  # it reads results files and draws: no torch
-    context: Literal[CONTEXTS]
-    font_scale: float = Field(gt=0, le=4)
-    dpi: int = Field(ge=50, le=600)
-    band: Literal[BANDS]
-
 
 #: the settings :func:`use_style` and :func:`plot_curves` apply (set by :func:`configure`)
 _STYLE = {"context": "notebook", "font_scale": 1.0, "dpi": 150, "band": "sd"}

@@ -322,7 +322,7 @@ _PERM_HETERO_METHODS = ("FedRolex + FT", "HeteroFL + FT", "Majority class", "PER
 def plot_stage(source: Stage, figures: tuple[str, ...] | None = None) -> Stage:
     """The plot stage of ``source``: notebooks/<paper>/<source notebook>_plot.py, the ``figures`` settings."""
     return Stage(f"{source.name}_plot", source.paper, source.notebook.replace(".py", "_plot.py"),
-                 "pflkit.plotting:FigureConfig", figures=figures, source=source.name)
+                 "pflkit.figure_config:FigureConfig", figures=figures, source=source.name)
 
 
 def _with_plots(*stages: Stage | tuple[Stage, tuple[str, ...]]) -> tuple[Stage, ...]:
