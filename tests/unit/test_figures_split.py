@@ -99,6 +99,26 @@ def test_a_plot_notebook_and_its_runner_load_no_torch():
     assert out.stdout.split() == ["auto", "False", "[]"], out.stdout
 
 
+def test_the_stage_runner_validates_a_plot_stage_without_drawing_or_array_packages():
+    """The runner's own steps for a plot stage (the command line, validation, the kernel's environment, the
+    runtime line) load no matplotlib, seaborn, scipy, pandas, numpy or torch: the kernel draws, the runner
+    only checks (FigureConfig lives in pflkit.figure_config, and pflkit.io names pandas only for annotations).
+    Moving FigureConfig back into pflkit.plotting, or importing pandas in pflkit.io, fails this."""
+    code = "\n".join(["import pathlib, sys, tempfile",
+                      "import pflkit.__main__, pflkit.io  # run_stage writes through pflkit.io",
+                      "from pflkit.config import load_params, validate_stage",
+                      "from pflkit.notebooks import _kernel_environment, record_runtime",
+                      "stage = validate_stage(load_params('params.yaml'), 'perm_fig1_plot')",
+                      "tmp = pathlib.Path(tempfile.mkdtemp())",
+                      "_kernel_environment(tmp / 'progress', b'code', tmp / 'params.yaml', 'default')",
+                      "record_runtime(tmp, 'perm_fig1_plot', 'default', 1.0, stage)",
+                      "heavy = {'matplotlib', 'seaborn', 'scipy', 'pandas', 'numpy', 'torch'}",
+                      "print(sorted({m.split('.')[0] for m in sys.modules} & heavy))"])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[]"], out.stdout
+
+
 # ------------------------------------------------------------------------------------ the helpers
 def test_speedup_map_draws_the_heatmap_table_as_its_grid():
     ns, taus = np.array([1, 10, 100]), np.array([1e-3, 1e-1, 10.0])
