@@ -74,25 +74,14 @@ def test_the_figure_modules_import_no_compute_module():
         assert not {m for m in imported if "experiments" in m}, (module, imported)
 
 
-def test_a_plot_notebook_and_its_runner_load_no_torch():
+def test_a_plot_notebook_loads_no_torch():
     """Every plot notebook's imports and its config (``FigureConfig.from_namespace``, device auto, threads applied
-    only where a stage computes), and the stage runner's steps for a plot stage (validation, the kernel's
-    environment, the runtime line) leave torch unloaded: 1.1 s of every plot stage's kernel and runner (a fresh
-    process each)."""
+    only where a stage computes) leave torch unloaded: 1.1 s of every plot stage's kernel (a fresh process each;
+    the runner's side: the next test)."""
     imports = sorted({ast.unparse(n) for s in PLOT for n in ast.walk(ast.parse((ROOT / s.notebook).read_text()))
                       if isinstance(n, (ast.Import, ast.ImportFrom))})
     code = "\n".join(["import sys", *imports,
-                      "from pflkit.config import load_params, validate_stage",
                       "cfg = plotting.FigureConfig.from_namespace(dict(stage='charles_fig1_plot', profile='default'))",
-                      "stage = validate_stage(load_params('params.yaml'), 'charles_fig1_plot')",
-                      # the runner's other steps: the kernel's environment, and the runtime line it records
-                      "import pathlib, tempfile",
-                      "from pflkit.notebooks import _kernel_environment, record_runtime",
-                      "tmp = pathlib.Path(tempfile.mkdtemp())",
-                      "env = _kernel_environment(tmp / 'progress', b'code', tmp / 'params.yaml', 'default')",
-                      "record_runtime(tmp, 'charles_fig1_plot', 'default', 1.0, stage)",
-                      "assert env['PFLKIT_REQUIRE_PREPARED'] == '1', env",
-                      "assert (tmp / 'build/runtimes.csv').read_text().splitlines()[1].split(',')[3] == 'cpu'",
                       "print(cfg.device, cfg.computes, sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"])
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
@@ -103,15 +92,18 @@ def test_the_stage_runner_validates_a_plot_stage_without_drawing_or_array_packag
     """The runner's own steps for a plot stage (the command line, validation, the kernel's environment, the
     runtime line) load no matplotlib, seaborn, scipy, pandas, numpy or torch: the kernel draws, the runner
     only checks (FigureConfig lives in pflkit.figure_config, and pflkit.io names pandas only for annotations).
-    Moving FigureConfig back into pflkit.plotting, or importing pandas in pflkit.io, fails this."""
+    Moving FigureConfig back into pflkit.plotting, or importing pandas in pflkit.io, fails this; so does naming
+    PFLKIT_REQUIRE_PREPARED through pflkit.data.prepared, or resolving a plot stage's device (torch)."""
     code = "\n".join(["import pathlib, sys, tempfile",
                       "import pflkit.__main__, pflkit.io  # run_stage writes through pflkit.io",
                       "from pflkit.config import load_params, validate_stage",
                       "from pflkit.notebooks import _kernel_environment, record_runtime",
-                      "stage = validate_stage(load_params('params.yaml'), 'perm_fig1_plot')",
+                      "stage = validate_stage(load_params('params.yaml'), 'charles_fig1_plot')",
                       "tmp = pathlib.Path(tempfile.mkdtemp())",
-                      "_kernel_environment(tmp / 'progress', b'code', tmp / 'params.yaml', 'default')",
-                      "record_runtime(tmp, 'perm_fig1_plot', 'default', 1.0, stage)",
+                      "env = _kernel_environment(tmp / 'progress', b'code', tmp / 'params.yaml', 'default')",
+                      "record_runtime(tmp, 'charles_fig1_plot', 'default', 1.0, stage)",
+                      "assert env['PFLKIT_REQUIRE_PREPARED'] == '1', env",
+                      "assert (tmp / 'build/runtimes.csv').read_text().splitlines()[1].split(',')[3] == 'cpu'",
                       "heavy = {'matplotlib', 'seaborn', 'scipy', 'pandas', 'numpy', 'torch'}",
                       "print(sorted({m.split('.')[0] for m in sys.modules} & heavy))"])
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
