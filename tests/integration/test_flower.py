@@ -5,6 +5,7 @@ process per message)."""
 import json
 import os
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -133,22 +134,37 @@ def test_deployment_reproduces_fedavg_and_perm_and_leaves_no_process(tmp_path):
     assert [len(r["round_seconds"]) for r in results["runs"]] == [ROUNDS, ROUNDS]
 
 
-def test_a_client_dying_mid_run_stops_the_run_with_a_clear_error(tmp_path):
-    """SuperNode 1 is killed (SIGKILL, with its ClientApp) after round 1: the pass waiting for it ends
-    after the spec's timeout and the ServerApp stops naming the client and the round; nothing hangs and
-    no process is left."""
+def test_a_client_dying_mid_run_stops_the_run_with_a_clear_error(tmp_path, monkeypatch):
+    """SuperNode 1 dies after round 1 at the worst moment (tests/integration/dying_supernode.py: right after
+    pushing a reply message, before its objects; CI once met it with a SIGKILL at a random time): the pass
+    waiting for it ends after the spec's timeout and the ServerApp stops naming that client alone, and the
+    round, although the ServerApp's pull waited on the dead node's objects while the others answered; nothing
+    hangs and no process is left."""
+    import sys
+
+    flag = tmp_path / "die"
+    spawn = Deployment._spawn
+
+    def spawn_dying_node_1(self, name, cmd):
+        if name == "supernode-1":
+            at = cmd.index("pflkit.flower.supernode")
+            cmd = [sys.executable, str(Path(__file__).with_name("dying_supernode.py")), str(flag), *cmd[at + 1:]]
+        return spawn(self, name, cmd)
+
+    monkeypatch.setattr(Deployment, "_spawn", spawn_dying_node_1)
     dep = Deployment(DATA["num_clients"], tmp_path)
     with dep:
         # 45 s: long enough for 3 SuperNodes to register while `make test` keeps both cores busy (15 s was not)
         handle = dep.submit(_specs(rounds=50, timeout=45.0)[1:])  # PERM
         deadline = time.monotonic() + 300
         while handle.progress() < 1 and handle.proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.5)
+            time.sleep(0.1)
         assert handle.progress() >= 1, dep.log_tail(handle.name)
-        dep.kill_node(1)
+        flag.touch()
         with pytest.raises(RuntimeError, match=r"FederationError: round \d+, \w+ pass: no reply from client\(s\) "
                                                r"\[1\] within 45 s; .* The run needs every client"):
             handle.wait(180)
+        assert dep.procs["supernode-1"].poll() == 9  # it died where it was meant to
         pids = dep.pids()
     assert dep.leftover == [] and _gone(pids)
 

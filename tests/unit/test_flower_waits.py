@@ -251,6 +251,73 @@ def test_a_reply_whose_objects_never_come_is_no_reply_at_the_passs_timeout(monke
     assert exchange.replies(jobs, done[0], 2) == {}  # no reply from client 0: the server decides what follows
 
 
+def test_the_replies_that_came_while_a_dead_nodes_objects_held_the_pull_are_collected(monkeypatch):
+    """Node 1 pushed its reply and died before its objects (CI saw it: a SuperNode killed mid-pass); the pull
+    that met that reply waited for its objects until the pass's timeout, and node 0's reply arrived meanwhile.
+    ``PollingGrid.send_and_receive`` pulls once more after such a pull and returns node 0's reply (before, it
+    returned none: the run stopped naming every client as silent, not just the dead one). Flower's
+    deployment grid (``HttpGrid``), its Runtime API stubbed: the first pull finds node 1's reply, later ones
+    node 0's."""
+    pytest.importorskip("flwr")
+    import torch
+    from flwr.app import Metadata
+    from flwr.app.message import make_message, remove_content_from_message
+    from flwr.common.serde import message_to_proto
+    from flwr.proto.message_pb2 import PullObjectResponse
+    from flwr.proto.runtime_pb2 import PullAppMessagesResponse
+    from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects, get_object_tree
+    from flwr.superlink.grid import http_grid
+
+    from pflkit.flower import apps
+
+    monkeypatch.setattr(http_grid, "pull_objects", http_grid.pull_objects)  # restored after the test
+
+    def reply(node: int, to: str, loss: float):
+        metadata = Metadata(run_id=3, message_id="", src_node_id=node, dst_node_id=1, message_type="train",
+                            group_id="2", ttl=60.0, reply_to_message_id=to, created_at=0.0)
+        m = make_message(metadata=metadata, content=apps.reply_content(apps.Reply({"model.w": torch.ones(2)},
+                                                                                  {"loss": loss})))
+        m.metadata.__dict__["_message_id"] = m.object_id
+        return m
+
+    dead, alive = reply(11, "to node 1", 1.0), reply(10, "to node 0", 2.0)
+    contents = {k: v.deflate() for k, v in get_all_nested_objects(alive).items()}
+    pulls = []
+
+    class RuntimeApi:
+        def PullMessages(self, request):
+            pulls.append(sorted(request.message_ids))
+            m = dead if len(pulls) == 1 else alive
+            return PullAppMessagesResponse(messages_list=[message_to_proto(remove_content_from_message(m))],
+                                           message_object_trees=[get_object_tree(m)])
+
+        def PullObject(self, request):  # the dead node's objects never come; the live node's are there
+            content = contents.get(request.object_id)
+            return PullObjectResponse(object_found=True, object_available=content is not None,
+                                      object_content=content or b"")
+
+        def ConfirmMessageReceived(self, request):
+            return None
+
+    flower_grid = http_grid.HttpGrid(token="t")
+    flower_grid._client = RuntimeApi()
+    flower_grid._run = types.SimpleNamespace(run_id=3)
+    grid = apps.PollingGrid(flower_grid)
+    monkeypatch.setattr(grid, "push_messages", lambda messages: ["to node 0", "to node 1"])
+    done = []
+    worker = threading.Thread(target=lambda: done.append(grid.send_and_receive([], timeout=0.3)), daemon=True)
+    worker.start()
+    worker.join(60)
+    assert done, "send_and_receive did not return"
+    assert [m.metadata.src_node_id for m in done[0]] == [10]  # node 0's reply; node 1's stand-in goes to no one
+    assert pulls == [["to node 0", "to node 1"], ["to node 0"]]  # the second pull began past the timeout
+    exchange = apps.Exchange({0: 10, 1: 11}, timeout=0.3)
+    jobs = {0: types.SimpleNamespace(kind="train"), 1: types.SimpleNamespace(kind="train")}
+    exchange._down = {}
+    got = exchange.replies(jobs, done[0], 2)
+    assert list(got) == [0] and got[0].metrics == {"loss": 2.0}  # client 0 answered; client 1 did not
+
+
 def test_registration_counts_flowers_stand_in_as_no_reply(monkeypatch):
     """A node whose info reply's objects never came (Flower's stand-in, sent from the SuperLink's node) is not
     registered and registration, over ``PollingGrid``, ends naming the count, not 'node <the SuperLink's id>

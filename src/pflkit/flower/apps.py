@@ -213,7 +213,11 @@ class PollingGrid(Grid):
     never come (its node died between pushing the two) becomes Flower's stand-in error reply, sent from the
     SuperLink's node. Replies from the SuperLink's node (that stand-in, and the SuperLink's own for a node or
     message it no longer has) answer for no client: ``send_and_receive`` stops waiting for them and returns
-    them to no one, so every caller sees no reply from that client."""
+    them to no one, so every caller sees no reply from that client.
+
+    A pull that ends past the timeout (it waited there for the objects of a reply whose node died between
+    pushing the reply and its objects) is followed by one more pull, its objects asked for once: the replies
+    that the other nodes sent meanwhile are collected, not lost with the dead node's."""
 
     def __init__(self, grid: Grid):
         from flwr.superlink.grid import http_grid  # here, not at the top: 0.7 s that a ClientApp does not need
@@ -246,11 +250,14 @@ class PollingGrid(Grid):
         got: list[Message] = []
         self.object_pull.deadline = end if timeout is not None else None
         try:
-            while waiting and (timeout is None or time.monotonic() < end):
+            while waiting:
+                started = time.monotonic()
                 replies = list(self.pull_messages(waiting))
                 got.extend(m for m in replies if m.metadata.src_node_id != SUPERLINK_NODE_ID)
                 waiting.difference_update(m.metadata.reply_to_message_id for m in replies)
-                if waiting:
+                if timeout is not None and started >= end:  # the last pull began at or after the timeout
+                    break
+                if waiting and (timeout is None or time.monotonic() < end):
                     time.sleep(POLL_SECONDS)
         finally:
             self.object_pull.deadline = None
