@@ -1,7 +1,7 @@
 """pflkit's methods on Flower's engines reproduce the batched in-process run, leave no process behind and
 stop with a clear error when a client dies (skipped when Flower, the extra ``pflkit[flower]``, is not
-installed). Tiny sizes: 3 clients, 2 rounds; a deployment pass costs seconds (Flower starts one ClientApp
-process per message)."""
+installed). Tiny sizes: 3 clients, 2 rounds (the dying-client tests run more and wait out a pass's 45 s
+timeout); a deployment pass costs tenths of a second here (ClientApps forked from a warm fork server)."""
 import json
 import os
 import time
