@@ -305,13 +305,14 @@ def test_the_replies_that_came_while_a_dead_nodes_objects_held_the_pull_are_coll
     grid = apps.PollingGrid(flower_grid)
     monkeypatch.setattr(grid, "push_messages", lambda messages: ["to node 0", "to node 1"])
     done = []
-    worker = threading.Thread(target=lambda: done.append(grid.send_and_receive([], timeout=0.3)), daemon=True)
+    # 1 s: the first pull must begin before the timeout (it always ends past it), even on a busy machine
+    worker = threading.Thread(target=lambda: done.append(grid.send_and_receive([], timeout=1.0)), daemon=True)
     worker.start()
     worker.join(60)
     assert done, "send_and_receive did not return"
     assert [m.metadata.src_node_id for m in done[0]] == [10]  # node 0's reply; node 1's stand-in goes to no one
     assert pulls == [["to node 0", "to node 1"], ["to node 0"]]  # the second pull began past the timeout
-    exchange = apps.Exchange({0: 10, 1: 11}, timeout=0.3)
+    exchange = apps.Exchange({0: 10, 1: 11}, timeout=1.0)
     jobs = {0: types.SimpleNamespace(kind="train"), 1: types.SimpleNamespace(kind="train")}
     exchange._down = {}
     got = exchange.replies(jobs, done[0], 2)
