@@ -4,6 +4,7 @@ installed). Tiny sizes: 3 clients, 2 rounds (the dying-client tests run more and
 timeout); a deployment pass costs tenths of a second here (ClientApps forked from a warm fork server)."""
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -140,8 +141,6 @@ def test_a_client_dying_mid_run_stops_the_run_with_a_clear_error(tmp_path, monke
     waiting for it ends after the spec's timeout and the ServerApp stops naming that client alone, and the
     round, although the ServerApp's pull waited on the dead node's objects while the others answered; nothing
     hangs and no process is left."""
-    import sys
-
     flag = tmp_path / "die"
     spawn = Deployment._spawn
 

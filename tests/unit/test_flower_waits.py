@@ -194,27 +194,67 @@ def test_a_pull_with_a_deadline_gives_up_at_it_where_flowers_asks_500_times(monk
     assert asked == ["a"]
 
 
+def _reply(node: int, to: str, content):
+    """A reply from ``node`` to the message ``to``, with its message ID, as a SuperNode pushes it."""
+    from flwr.app import Metadata
+    from flwr.app.message import make_message
+
+    metadata = Metadata(run_id=3, message_id="", src_node_id=node, dst_node_id=1, message_type="train", group_id="2",
+                        ttl=60.0, reply_to_message_id=to, created_at=0.0)
+    reply = make_message(metadata=metadata, content=content)
+    reply.metadata.__dict__["_message_id"] = reply.object_id
+    return reply
+
+
+def _polling_grid(monkeypatch, runtime_api, sent: list[str]):
+    """``PollingGrid`` over Flower's deployment grid (``HttpGrid``) whose Runtime API is ``runtime_api``; pushing
+    gives the message IDs ``sent``. Returns Flower's grid and pflkit's."""
+    from flwr.superlink.grid import http_grid
+
+    from pflkit.flower import apps
+
+    monkeypatch.setattr(http_grid, "pull_objects", http_grid.pull_objects)  # restored after the test
+    flower_grid = http_grid.HttpGrid(token="t")
+    flower_grid._client = runtime_api
+    flower_grid._run = types.SimpleNamespace(run_id=3)
+    grid = apps.PollingGrid(flower_grid)
+    monkeypatch.setattr(grid, "push_messages", lambda messages: sent)
+    return flower_grid, grid
+
+
+def _send_and_receive(grid, timeout: float):
+    """``grid.send_and_receive`` with ``timeout`` in a thread given a minute (Flower's own pull of objects that
+    never come would keep asking for more than an hour); its replies, or None if it did not return."""
+    done = []
+    worker = threading.Thread(target=lambda: done.append(grid.send_and_receive([], timeout=timeout)), daemon=True)
+    worker.start()
+    worker.join(60)
+    return done[0] if done else None
+
+
+def _answered(replies, node_of: dict[int, int], timeout: float):
+    """What ``Exchange`` makes of ``replies`` to a train pass sent to the clients of ``node_of``."""
+    from pflkit.flower import apps
+
+    exchange = apps.Exchange(node_of, timeout=timeout)
+    exchange._down = {}
+    return exchange.replies({c: types.SimpleNamespace(kind="train") for c in node_of}, replies, 2)
+
+
 def test_a_reply_whose_objects_never_come_is_no_reply_at_the_passs_timeout(monkeypatch):
     """Flower's deployment grid (``HttpGrid``, its Runtime API stubbed) holds a reply whose objects are never
     available: ``PollingGrid.send_and_receive`` returns at its timeout; Flower's grid gave it its stand-in error
     reply (sent from the SuperLink's node), which it returns to no one, so ``Exchange`` has no reply from the
     client; the pull's deadline is cleared after."""
     pytest.importorskip("flwr")
-    from flwr.app import ConfigRecord, Metadata, RecordDict
-    from flwr.app.message import make_message, remove_content_from_message
+    from flwr.app import ConfigRecord, RecordDict
+    from flwr.app.message import remove_content_from_message
     from flwr.common.serde import message_to_proto
     from flwr.proto.message_pb2 import PullObjectResponse
     from flwr.proto.runtime_pb2 import PullAppMessagesResponse
-    from flwr.supercore.inflatable.inflatable_object import get_object_tree
-    from flwr.superlink.grid import http_grid
+    from flwr.supercore.inflatable.inflatable_object import get_object_tree, iterate_object_tree
 
-    from pflkit.flower import apps
-
-    monkeypatch.setattr(http_grid, "pull_objects", http_grid.pull_objects)  # restored after the test
-    metadata = Metadata(run_id=3, message_id="", src_node_id=7, dst_node_id=1, message_type="train", group_id="2",
-                        ttl=60.0, reply_to_message_id="sent", created_at=0.0)
-    reply = make_message(metadata=metadata, content=RecordDict({"c": ConfigRecord({"loss": 1.0})}))
-    reply.metadata.__dict__["_message_id"] = reply.object_id
+    reply = _reply(7, "sent", RecordDict({"c": ConfigRecord({"loss": 1.0})}))
     asked = []
 
     class RuntimeApi:
@@ -226,29 +266,19 @@ def test_a_reply_whose_objects_never_come_is_no_reply_at_the_passs_timeout(monke
             asked.append(request.object_id)
             return PullObjectResponse(object_found=True, object_available=False)
 
-    flower_grid = http_grid.HttpGrid(token="t")
-    flower_grid._client = RuntimeApi()
-    flower_grid._run = types.SimpleNamespace(run_id=3)
+    flower_grid, grid = _polling_grid(monkeypatch, RuntimeApi(), ["sent"])
     pulled = []
     flowers_pull = flower_grid.pull_messages
     monkeypatch.setattr(flower_grid, "pull_messages", lambda ids: pulled.extend(flowers_pull(ids)) or pulled[-1:])
-    grid = apps.PollingGrid(flower_grid)
-    monkeypatch.setattr(grid, "push_messages", lambda messages: ["sent"])
-    done = []
-    worker = threading.Thread(target=lambda: done.append(grid.send_and_receive([], timeout=0.3)), daemon=True)
-    worker.start()
-    worker.join(60)  # Flower's own pull would keep asking for more than an hour
-    assert done, "send_and_receive did not return at its timeout"
-    assert done[0] == []  # the stand-in answers for no client: nobody gets it
+    replies = _send_and_receive(grid, timeout=0.3)
+    assert replies is not None, "send_and_receive did not return at its timeout"
+    assert replies == []  # the stand-in answers for no client: nobody gets it
     [stand_in] = pulled
     assert stand_in.has_error() and stand_in.metadata.reply_to_message_id == "sent"
     assert stand_in.metadata.src_node_id == flower_grid.node.node_id != 7
-    assert asked and set(asked) <= {tree.object_id for tree in http_grid.iterate_object_tree(get_object_tree(reply))}
+    assert asked and set(asked) <= {tree.object_id for tree in iterate_object_tree(get_object_tree(reply))}
     assert grid.object_pull.deadline is None
-    exchange = apps.Exchange({0: 7}, timeout=0.3)
-    jobs = {0: types.SimpleNamespace(kind="train")}
-    exchange._down = {}
-    assert exchange.replies(jobs, done[0], 2) == {}  # no reply from client 0: the server decides what follows
+    assert _answered(replies, {0: 7}, timeout=0.3) == {}  # no reply from client 0: the server decides what follows
 
 
 def test_the_replies_that_came_while_a_dead_nodes_objects_held_the_pull_are_collected(monkeypatch):
@@ -260,27 +290,18 @@ def test_the_replies_that_came_while_a_dead_nodes_objects_held_the_pull_are_coll
     node 0's."""
     pytest.importorskip("flwr")
     import torch
-    from flwr.app import Metadata
-    from flwr.app.message import make_message, remove_content_from_message
+    from flwr.app.message import remove_content_from_message
     from flwr.common.serde import message_to_proto
     from flwr.proto.message_pb2 import PullObjectResponse
     from flwr.proto.runtime_pb2 import PullAppMessagesResponse
     from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects, get_object_tree
-    from flwr.superlink.grid import http_grid
 
     from pflkit.flower import apps
 
-    monkeypatch.setattr(http_grid, "pull_objects", http_grid.pull_objects)  # restored after the test
+    def content(loss: float):
+        return apps.reply_content(apps.Reply({"model.w": torch.ones(2)}, {"loss": loss}))
 
-    def reply(node: int, to: str, loss: float):
-        metadata = Metadata(run_id=3, message_id="", src_node_id=node, dst_node_id=1, message_type="train",
-                            group_id="2", ttl=60.0, reply_to_message_id=to, created_at=0.0)
-        m = make_message(metadata=metadata, content=apps.reply_content(apps.Reply({"model.w": torch.ones(2)},
-                                                                                  {"loss": loss})))
-        m.metadata.__dict__["_message_id"] = m.object_id
-        return m
-
-    dead, alive = reply(11, "to node 1", 1.0), reply(10, "to node 0", 2.0)
+    dead, alive = _reply(11, "to node 1", content(1.0)), _reply(10, "to node 0", content(2.0))
     contents = {k: v.deflate() for k, v in get_all_nested_objects(alive).items()}
     pulls = []
 
@@ -299,23 +320,13 @@ def test_the_replies_that_came_while_a_dead_nodes_objects_held_the_pull_are_coll
         def ConfirmMessageReceived(self, request):
             return None
 
-    flower_grid = http_grid.HttpGrid(token="t")
-    flower_grid._client = RuntimeApi()
-    flower_grid._run = types.SimpleNamespace(run_id=3)
-    grid = apps.PollingGrid(flower_grid)
-    monkeypatch.setattr(grid, "push_messages", lambda messages: ["to node 0", "to node 1"])
-    done = []
+    _, grid = _polling_grid(monkeypatch, RuntimeApi(), ["to node 0", "to node 1"])
     # 1 s: the first pull must begin before the timeout (it always ends past it), even on a busy machine
-    worker = threading.Thread(target=lambda: done.append(grid.send_and_receive([], timeout=1.0)), daemon=True)
-    worker.start()
-    worker.join(60)
-    assert done, "send_and_receive did not return"
-    assert [m.metadata.src_node_id for m in done[0]] == [10]  # node 0's reply; node 1's stand-in goes to no one
+    replies = _send_and_receive(grid, timeout=1.0)
+    assert replies is not None, "send_and_receive did not return"
+    assert [m.metadata.src_node_id for m in replies] == [10]  # node 0's reply; node 1's stand-in goes to no one
     assert pulls == [["to node 0", "to node 1"], ["to node 0"]]  # the second pull began past the timeout
-    exchange = apps.Exchange({0: 10, 1: 11}, timeout=1.0)
-    jobs = {0: types.SimpleNamespace(kind="train"), 1: types.SimpleNamespace(kind="train")}
-    exchange._down = {}
-    got = exchange.replies(jobs, done[0], 2)
+    got = _answered(replies, {0: 10, 1: 11}, timeout=1.0)
     assert list(got) == [0] and got[0].metrics == {"loss": 2.0}  # client 0 answered; client 1 did not
 
 
