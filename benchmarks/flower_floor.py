@@ -9,8 +9,9 @@ as ``deploy`` starts it: TLS, SuperNode authentication, forked ClientApps, polls
 ServerApp that sends every node one message per round and a ClientApp that answers at once (no data, no model,
 no computation). Each round is timed from the first message pushed to the last reply pulled, through pflkit's
 ``PollingGrid`` as pflkit's ServerApp does; the first round is left out (it may meet nodes still starting).
-Two payloads: an empty message, and one float32 array of the size of benchmarks/flower.py's model (its
-``num_parameters``) sent and returned, as a FedAvg round carries it. Each runs with the deployment pinned to
+Messages are pflkit's own (``pflkit.flower.apps.job_content`` and ``reply_content``), with two payloads: no
+tensors, and one float32 tensor of the size of benchmarks/flower.py's model (its ``num_parameters``) sent, and
+another of that size, of fresh values, returned, as a FedAvg round carries them. Each runs with the deployment pinned to
 one core, then to all (``--cores``): how the floor moves with the cores it gets.
 
 Writes ``<out>/flower_floor.json`` and ``<out>/flower_floor.md`` (docs/flower.md's block) and prints the table.
@@ -37,18 +38,23 @@ import time
 from pathlib import Path
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
+import torch
+from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from pflkit.flower.apps import PollingGrid
+from pflkit.flower.apps import PollingGrid, job_content, job_from, reply_content
+from pflkit.flower.client import Job, Reply
 
 client_app = ClientApp()
 
 
 @client_app.train()
 def train(message: Message, context: Context) -> Message:
-    return Message(message.content, reply_to=message)  # the payload back, no work
+    job = job_from(message)  # no work: a reply of the same size, its own values (no object shared)
+    rng = np.random.default_rng()
+    arrays = {k: torch.from_numpy(rng.random(v.numel(), np.float32)) for k, v in job.arrays.items()}
+    return Message(reply_content(Reply(arrays, {"seconds": 0.0})), reply_to=message)
 
 
 server_app = ServerApp()
@@ -80,9 +86,7 @@ def main(grid: Grid, context: Context) -> None:
     for name, size in (("empty", 0), ("model", int(cfg["floats"]))):
         times, busy = [], []  # the first round apart: it may meet nodes still starting
         for _ in range(int(cfg["rounds"]) + 1):
-            content = RecordDict({"c": ConfigRecord({"n": size})})
-            if size:
-                content["a"] = ArrayRecord({"x": Array(np.zeros(size, np.float32))})
+            content = job_content(Job({"model.x": torch.zeros(size)} if size else {}, {"kind": "train", "round": 0}))
             t, c = time.perf_counter(), cpu_jiffies()
             replies = list(grid.send_and_receive(
                 [Message(content, dst_node_id=n, message_type="train") for n in nodes], timeout=120))
@@ -150,8 +154,8 @@ def table(out: dict) -> str:
                         f"{statistics.mean(t) / out['simulation_round']:.0f}x | {100 * statistics.mean(busy):.0f}% |")
     head = (f"{out['nodes']} SuperNodes on {out['machine']} (load average {out['load'][0]:.2f} at start, "
             f"{out['load'][1]:.2f} at end): pflkit's deployment (TLS, node authentication, forked ClientApps), "
-            f"a ClientApp that answers at once. The simulation round: benchmarks/flower.md's FedAvg row, "
-            f"{out['simulation_round']:.3f} s ({out['nodes']} clients, mean of its rounds); 5x of it is "
+            f"a ClientApp that answers at once (pflkit's messages). The simulation round: benchmarks/flower.md's "
+            f"FedAvg row, {out['simulation_round']:.3f} s ({out['nodes']} clients, mean of its rounds); 5x of it is "
             f"{5 * out['simulation_round']:.3f} s. Cores: the deployment's processes pinned to that many of the "
             f"machine's cores; cores busy: the share of their time spent outside idle during the timed rounds "
             f"(/proc/stat).")

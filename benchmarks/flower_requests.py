@@ -3,7 +3,7 @@
     python benchmarks/flower_requests.py [--nodes 10] [--rounds 5] [--cores 2] [--out benchmarks/results]
 
 Runs benchmarks/flower_floor.py's deployment (TLS, node authentication, forked ClientApps, a ClientApp that
-answers at once with the payload it got: the model-sized message) while every Python process of it times each
+answers at once with a payload of the size it got: the model-sized message) while every Python process of it times each
 HTTP request it makes. A ``sitecustomize`` module on the deployment's ``PYTHONPATH`` wraps ``httpx.Client.send``
 (Flower 1.42's SuperNodes, SuperExec, ClientApps and ServerApp talk to the SuperLink and to their SuperNode
 over HTTP through httpx) and appends one line per request to the file named by ``PFLKIT_REQUEST_LOG``; it does

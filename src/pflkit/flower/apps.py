@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
-from flwr.common.constant import SUPERLINK_NODE_ID
+from flwr.common.constant import FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE, SUPERLINK_NODE_ID
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
 
@@ -48,12 +48,17 @@ POLL_SECONDS = 0.02
 
 
 # --------------------------------------------------------------------------- messages
-def pack(arrays: dict[str, torch.Tensor]) -> ArrayRecord:
-    """A job's or reply's tensors as an ArrayRecord of one uint8 array: a JSON header (each tensor's name, dtype
-    and shape; its length in the first 8 bytes) and then the tensors' bytes end to end. Flower moves every
-    array of a message as objects of their own, each with a request at every hop (SuperLink, SuperNode,
-    ClientApp), and on a small deployment those requests are most of a round: one array per message keeps
-    them to a few. Lossless: :func:`unpack` gives the same tensors, bit for bit."""
+#: the key of a message's packed tensors in its one record (a small message: ``content``)
+TENSORS = "pflkit.tensors"
+#: the largest packed tensors a message carries as bytes in its one record: Flower's array chunk (5 MB unless
+#: ``FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE`` says otherwise), the most an ArrayRecord would move in one object anyway
+ONE_RECORD_MAX = FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE
+
+
+def packed(arrays: dict[str, torch.Tensor]) -> np.ndarray:
+    """A job's or reply's tensors as one uint8 array: a JSON header (each tensor's name, dtype and shape; its
+    length in the first 8 bytes) and then the tensors' bytes end to end. Lossless: :func:`unpacked` gives the
+    same tensors, bit for bit."""
     layout, chunks = [], []
     for name, t in arrays.items():
         t = t.detach().contiguous().cpu()
@@ -61,12 +66,11 @@ def pack(arrays: dict[str, torch.Tensor]) -> ArrayRecord:
         chunks.append(t.reshape(-1).view(torch.uint8).numpy())
     header = json.dumps(layout).encode()
     length = np.frombuffer(len(header).to_bytes(8, "little"), np.uint8)
-    return ArrayRecord({"packed": Array(np.concatenate([length, np.frombuffer(header, np.uint8), *chunks]))})
+    return np.concatenate([length, np.frombuffer(header, np.uint8), *chunks])
 
 
-def unpack(record: ArrayRecord) -> dict[str, torch.Tensor]:
-    """The tensors :func:`pack` packed (fresh, writable)."""
-    flat = record["packed"].numpy()
+def unpacked(flat: np.ndarray) -> dict[str, torch.Tensor]:
+    """The tensors :func:`packed` packed (fresh, writable)."""
     size = int.from_bytes(flat[:8].tobytes(), "little")
     out, at = {}, 8 + size
     for name, dtype, shape in json.loads(flat[8:at].tobytes()):
@@ -78,21 +82,44 @@ def unpack(record: ArrayRecord) -> dict[str, torch.Tensor]:
     return out
 
 
+def message_content(arrays: dict[str, torch.Tensor], values: dict, name: str, record=ConfigRecord) -> RecordDict:
+    """A message's content: its tensors (:func:`packed`) and its plain ``values`` (a job's config, a reply's
+    metrics). Flower moves every record, array and array chunk of a message as an object of its own, one
+    request each at every hop (ServerApp, SuperLink, SuperNode, ClientApp), and on a small deployment those
+    requests are most of a round. So a message whose packed tensors fit in one of Flower's array chunks
+    (``ONE_RECORD_MAX``) is one ConfigRecord, the tensors as bytes beside the values (3 objects with the
+    message: RecordDict, record, message); a larger one puts them in an ArrayRecord of one array, which Flower
+    cuts into chunks, and ``values`` in a ``record`` named ``name`` (5 objects and one per extra chunk)."""
+    if TENSORS in values:
+        raise ValueError(f"a message's values may not use the key {TENSORS!r} (its packed tensors)")
+    flat = packed(arrays)
+    if flat.nbytes <= ONE_RECORD_MAX:
+        return RecordDict({"message": ConfigRecord({**values, TENSORS: flat.tobytes()})})
+    return RecordDict({"arrays": ArrayRecord({"packed": Array(flat)}), name: record(values)})
+
+
+def tensors_and_values(records: RecordDict, name: str) -> tuple[dict[str, torch.Tensor], dict]:
+    """The tensors and the values :func:`message_content` put in a message's content (``records``)."""
+    if "message" in records:
+        values = dict(records["message"])
+        return unpacked(np.frombuffer(values.pop(TENSORS), np.uint8)), values
+    return unpacked(records["arrays"]["packed"].numpy()), dict(records[name])
+
+
 def job_content(job: Job) -> RecordDict:
-    return RecordDict({"arrays": pack(job.arrays), "config": ConfigRecord(job.config)})
+    return message_content(job.arrays, job.config, "config")
 
 
 def job_from(message: Message) -> Job:
-    return Job(unpack(message.content["arrays"]), dict(message.content["config"]))
+    return Job(*tensors_and_values(message.content, "config"))
 
 
 def reply_content(reply: Reply) -> RecordDict:
-    return RecordDict({"arrays": pack(reply.arrays),
-                       "metrics": MetricRecord({k: float(v) for k, v in reply.metrics.items()})})
+    return message_content(reply.arrays, {k: float(v) for k, v in reply.metrics.items()}, "metrics", MetricRecord)
 
 
 def reply_from(message: Message) -> Reply:
-    return Reply(unpack(message.content["arrays"]), dict(message.content["metrics"]))
+    return Reply(*tensors_and_values(message.content, "metrics"))
 
 
 def tensor_bytes(arrays: dict[str, torch.Tensor]) -> dict[str, int]:
