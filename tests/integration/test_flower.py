@@ -3,6 +3,7 @@ stop with a clear error when a client dies (skipped when Flower, the extra ``pfl
 installed). Tiny sizes: 3 clients, 2 rounds (the dying-client tests run more and wait out a pass's 45 s
 timeout); a deployment pass costs tenths of a second here (ClientApps forked from a warm fork server)."""
 import json
+import math
 import os
 import sys
 import time
@@ -119,6 +120,9 @@ def test_deployment_reproduces_fedavg_and_perm_and_leaves_no_process(tmp_path):
     dep.hold_data(specs[0].federation(), specs[0].federation_key())  # each SuperNode reads its own partition file
     with dep:
         assert "data-path=" in " ".join(dep.procs["supernode-1"].args)
+        wake = {p.args[p.args.index("--wake") + 1] for n, p in dep.procs.items() if n.startswith("super")
+                and n != "superlink"}  # every SuperNode tells the SuperExec when it holds a message
+        assert len(wake) == 1 and next(iter(wake)).startswith("@pflkit-wake-")
         link_args = dep.procs["superlink"].args
         assert {"--enable-supernode-auth", "--ssl-certfile"} <= set(link_args) and "--insecure" not in link_args
         _intruder_is_refused(dep, tmp_path)
@@ -133,6 +137,7 @@ def test_deployment_reproduces_fedavg_and_perm_and_leaves_no_process(tmp_path):
             os.killpg(pgid, 0)
     _check_equivalence(results)
     assert [len(r["round_seconds"]) for r in results["runs"]] == [ROUNDS, ROUNDS]
+    assert "polling instead" not in (tmp_path / "dep" / "superexec.log").read_text()  # it listened for them
 
 
 def test_a_client_dying_mid_run_stops_the_run_with_a_clear_error(tmp_path, monkeypatch):
@@ -237,16 +242,24 @@ def test_the_floor_benchmark_runs_a_round_with_no_work_on_the_deployment(tmp_pat
 
 
 def test_the_request_benchmark_times_every_request_of_a_floor_deployment(tmp_path):
-    """benchmarks/flower_requests.py on 2 nodes pinned to one core for 1 counted round: every process of the
+    """benchmarks/flower_requests.py on 2 nodes pinned to one core for 2 counted rounds: every process of the
     deployment logged its HTTP requests (the ServerApp, the SuperNodes, the SuperExec and the ClientApps each
-    appear), the round's requests are counted, and bad arguments are refused before anything starts."""
+    appear), the rounds' requests are counted, and bad arguments are refused before anything starts. The
+    SuperExec asks for a node's task when the node says it holds a message (pflkit.flower.wake) and otherwise
+    once per Flower's 1-s poll interval: per node and round at most one ask per started second of the round, the
+    woken one and one more (polling from 0.01 s after each task, as without the word, asks about ten times in a
+    round's first second alone)."""
     bench = load("benchmarks/flower_requests.py")
-    out = bench.main(["--nodes", "2", "--rounds", "1", "--cores", "1", "--out", str(tmp_path)])
-    assert out["summary"]["rounds"] == 1
-    roles = {key.split()[0] for key in out["summary"]["requests"]}
+    out = bench.main(["--nodes", "2", "--rounds", "2", "--cores", "1", "--out", str(tmp_path)])
+    summary = out["summary"]
+    assert summary["rounds"] == 2
+    roles = {key.split()[0] for key in summary["requests"]}
     assert {"flwr-serverapp", "flower-supernode", "flower-superexec", "flwr-clientapp"} <= roles
-    assert out["summary"]["requests"]["flwr-serverapp /v1/runtime/push-messages"]["per_round"] == 1
-    assert out["summary"]["requests"]["flwr-clientapp /v1/runtime/push-messages"]["per_round"] == 2  # a node each
+    assert summary["requests"]["flwr-serverapp /v1/runtime/push-messages"]["per_round"] == 1
+    assert summary["requests"]["flwr-clientapp /v1/runtime/push-messages"]["per_round"] == 2  # a node each
+    longest = max(summary["round_seconds"])
+    acquire = summary["requests"]["flower-superexec /v1/runtime/acquire-task"]["per_round"]
+    assert acquire <= 2 * (2 + math.ceil(longest)), (acquire, longest)
     assert "| flwr-clientapp | `/v1/runtime/push-messages` | 2.0 |" in (tmp_path / "flower_requests.md").read_text()
     with pytest.raises(SystemExit, match="--cores: an integer in 1"):
         bench.main(["--cores", "0"])

@@ -101,11 +101,13 @@ def test_a_deployment_refuses_an_unknown_clientapps_mode_by_name(tmp_path):
 
 
 def test_the_command_line_may_name_many_supernodes_in_either_argparse_form():
-    rest, addresses, pids = superexec.split_argv([
+    rest, addresses, pids, wake = superexec.split_argv([
         "--insecure", "--runtime-api-address", "127.0.0.1:1", "--parent-pid", "11",
         "--runtime-api-address=127.0.0.1:2", "--parent-pid=12", "--health-server-address", "x"])
     assert rest == ["--insecure", "--health-server-address", "x"]
-    assert addresses == ["127.0.0.1:1", "127.0.0.1:2"] and pids == [11, 12]
+    assert addresses == ["127.0.0.1:1", "127.0.0.1:2"] and pids == [11, 12] and wake is None
+    assert superexec.split_argv(["--wake", "@w", "--runtime-api-address=a"]) == ([], ["a"], [], "@w")
+    assert superexec.split_argv(["--wake=/tmp/w"])[3] == "/tmp/w"
     with pytest.raises(SystemExit, match="--parent-pid needs a value"):
         superexec.split_argv(["--runtime-api-address", "a", "--parent-pid"])
 

@@ -11,7 +11,8 @@ the ServerApp in a child process (``flwr-serverapp``). The SuperNodes run in Flo
 mode, each as :mod:`pflkit.flower.supernode` (Flower's ``flower-supernode``, its fixed waits replaced by polls
 that back off while idle), served by one SuperExec of pflkit's (``pflkit.flower.superexec``, Flower's loop
 once per node, in threads of one process) that forks every ClientApp (``flwr-clientapp``) from one fork server
-that imported torch once. ``clientapps="per-message"`` keeps Flower's defaults instead (Flower's own SuperNode,
+that imported torch once; on Linux each SuperNode tells it when it holds a message (:mod:`pflkit.flower.wake`).
+``clientapps="per-message"`` keeps Flower's defaults instead (Flower's own SuperNode,
 whose SuperExec starts a fresh ``flwr-clientapp`` process, imports and all, for every message).
 
 The App Bundle is written per run into ``<workdir>/pflkit-app``: a pyproject.toml whose components are
@@ -194,11 +195,13 @@ class Deployment:
             if not self.insecure:
                 for j in range(self.num_nodes):
                     self.register(cred.node_public_key(j))
+            # forked: each SuperNode tells the SuperExec when it holds a message (pflkit.flower.wake; Linux)
+            wake = ["--wake", f"@pflkit-wake-{os.getpid()}-{self.port}"] if sys.platform.startswith("linux") else []
             for j in range(self.num_nodes):
                 node_security = ["--insecure"] if self.insecure else [
                     "--root-certificates", str(cred.ca_cert), "--auth-supernode-private-key", str(cred.node_keys[j])]
                 # forked: pflkit's SuperNode (Flower's, its fixed waits replaced by a backoff) in process isolation
-                node = ([sys.executable, "-m", "pflkit.flower.supernode", "--isolation", "process"]
+                node = ([sys.executable, "-m", "pflkit.flower.supernode", "--isolation", "process", *wake]
                         if self.clientapps == "forked" else [_tool("flower-supernode")])
                 self._spawn(f"supernode-{j}", [
                     *node, *node_security, "--superlink", f"127.0.0.1:{self.port}",
@@ -213,7 +216,7 @@ class Deployment:
                 serve = [a for j in range(self.num_nodes) for a in (
                     "--runtime-api-address", f"127.0.0.1:{ports[j + 1]}",
                     "--parent-pid", str(self.procs[f"supernode-{j}"].pid))]
-                self._spawn("superexec", [sys.executable, "-m", "pflkit.flower.superexec", "--insecure", *serve])
+                self._spawn("superexec", [sys.executable, "-m", "pflkit.flower.superexec", "--insecure", *serve, *wake])
         except BaseException:
             self.stop()
             raise

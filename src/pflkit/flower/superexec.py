@@ -9,7 +9,7 @@ outside the SuperNode) and forks each ClientApp instead, from a fork server that
 entry point, run with the same arguments and token as Flower's executor would pass; only the start-up is gone.
 
     python -m pflkit.flower.superexec --runtime-api-address 127.0.0.1:9094 [--runtime-api-address ...]
-        --insecure [--parent-pid PID ...]
+        --insecure [--parent-pid PID ...] [--wake PATH]
 
 The arguments are ``flower-superexec``'s, and so is everything else: its polling loop, plugin and TLS handling
 (``flwr.supercore.superexec.run_superexec``). Flower picks a SuperExec's executor with ``get_executor`` (its
@@ -24,6 +24,10 @@ Flower's SuperExec exits when its one parent is.
 
 Each loop polls its SuperNode for work as :class:`pflkit.flower.waits.Backoff` waits: 0.01 s after it launched
 a task, growing while idle up to Flower's poll interval (``FLWR_SUPEREXEC_TASK_POLL_INTERVAL``, 1 s by default).
+With ``--wake PATH`` (pflkit's SuperNodes started with the same ``--wake``, and a ``--parent-pid`` for every
+address, in the same order) a loop instead waits for its SuperNode's word that it holds a message
+(:mod:`pflkit.flower.wake`), polling at Flower's interval meanwhile: a task is asked for once when it comes,
+not a dozen times.
 """
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ from flwr.supercore.constant import TASK_TYPE_TO_APPIO_API_ADDRESS_ARG, TASK_TYP
 from flwr.supercore.superexec.executor import ExecutionSpec, LaunchResult, SubprocessExecutor
 
 from .reaper import running
+from .wake import Wakes
 from .waits import NODE_OBJECT_RETRY, Backoff, quick_object_retries, replace_time
 
 #: the wait of every loop's idle polls (per thread: per SuperNode), Flower's poll interval the longest
@@ -106,10 +111,30 @@ class ForkExecutor(SubprocessExecutor):
             multiprocessing.active_children()
 
 
+#: the loop's thread: which SuperNode (its pid) it serves, for its waits
+LOOP = threading.local()
+
+
+def loop_sleep(wakes: Wakes | None):
+    """The loop's ``time.sleep``: with ``wakes``, the wait for its SuperNode's word that it holds a message
+    (Flower's poll interval the longest); else :data:`BACKOFF`'s wait."""
+    def sleep(seconds: float) -> None:
+        node = getattr(LOOP, "node", None)
+        if wakes is None or node is None:
+            BACKOFF.wait(seconds)
+        else:
+            wakes.wait(node, seconds)
+    return sleep
+
+
 def serve(run_superexec, addresses: list[str], parent_pids: list[int], poll: float = 0.2) -> None:
     """Run ``run_superexec`` (Flower's loop, with its arguments from the command line) once per address, each
-    in a daemon thread, until every parent in ``parent_pids`` is gone (or, with none, every loop has ended)."""
+    in a daemon thread, until every parent in ``parent_pids`` is gone (or, with none, every loop has ended).
+    With as many parents as addresses, the loop for ``addresses[j]`` serves the SuperNode ``parent_pids[j]``."""
+    nodes = dict(zip(addresses, parent_pids)) if len(parent_pids) == len(addresses) else {}
+
     def loop(address: str) -> None:
+        LOOP.node = nodes.get(address)
         try:
             run_superexec(address)
         except Exception as exc:  # one SuperNode's loop ends; the others go on
@@ -122,37 +147,49 @@ def serve(run_superexec, addresses: list[str], parent_pids: list[int], poll: flo
         time.sleep(poll)
 
 
-def split_argv(argv: list[str]) -> tuple[list[str], list[str], list[int]]:
-    """``flower-superexec``'s arguments without the repeated ``--runtime-api-address`` and ``--parent-pid``
-    (``--name value`` or ``--name=value``), and the values of those two."""
-    rest, addresses, pids = [], [], []
+def split_argv(argv: list[str]) -> tuple[list[str], list[str], list[int], str | None]:
+    """``flower-superexec``'s arguments without the repeated ``--runtime-api-address`` and ``--parent-pid`` and
+    pflkit's ``--wake`` (``--name value`` or ``--name=value``), and the values of those three."""
+    rest, addresses, pids, wake = [], [], [], None
     i = 0
     while i < len(argv):
         name, eq, value = argv[i].partition("=")
-        if name in ("--runtime-api-address", "--parent-pid"):
+        if name in ("--runtime-api-address", "--parent-pid", "--wake"):
             if not eq:
                 if i + 1 >= len(argv):
                     raise SystemExit(f"pflkit.flower.superexec: {name} needs a value")
                 value, i = argv[i + 1], i + 1
             if name == "--parent-pid":
                 pids.append(int(value))
+            elif name == "--wake":
+                wake = value
             else:
                 addresses.append(value)
         else:
             rest.append(argv[i])
         i += 1
-    return rest, addresses, pids
+    return rest, addresses, pids, wake
 
 
 def main(argv: list[str] | None = None) -> None:
     """``flower-superexec`` with :class:`ForkExecutor` as its executor, for one or many SuperNodes."""
-    rest, addresses, pids = split_argv(sys.argv[1:] if argv is None else argv)
+    rest, addresses, pids, wake = split_argv(sys.argv[1:] if argv is None else argv)
     if not addresses:
         raise SystemExit("pflkit.flower.superexec: --runtime-api-address is required")
+    if wake is not None and len(pids) != len(addresses):
+        raise SystemExit("pflkit.flower.superexec: --wake needs a --parent-pid (the SuperNode) for every "
+                         f"--runtime-api-address; got {len(pids)} for {len(addresses)}")
     executor = ForkExecutor()
     run_module = importlib.import_module("flwr.supercore.superexec.run_superexec")
     run_module.get_executor = lambda *args, **kwargs: executor  # Flower's seam for a SuperExec's executor
-    replace_time(run_module, BACKOFF.wait)  # its poll interval (FLWR_SUPEREXEC_TASK_POLL_INTERVAL) the longest wait
+    wakes = None
+    if wake is not None:
+        try:
+            wakes = Wakes(wake)
+        except OSError as exc:  # the loops poll as they do without --wake
+            print(f"pflkit.flower.superexec: --wake {wake}: cannot listen ({exc}); polling instead",
+                  file=sys.stderr, flush=True)
+    replace_time(run_module, loop_sleep(wakes))  # its poll interval (FLWR_SUPEREXEC_TASK_POLL_INTERVAL) the longest
     cli = importlib.import_module("flwr.supercore.cli.flower_superexec")
     run_superexec = cli.run_superexec  # what flower_superexec calls once its arguments are parsed
 

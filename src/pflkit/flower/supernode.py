@@ -5,14 +5,16 @@ SuperLink that brings no message, and waits for its ClientApp's reply in steps o
 its code, with no option or environment variable. On a deployment whose clients compute in tenths of a
 second they add up to seconds per round: a pass waits for the latest of its nodes (issue 32).
 
-    python -m pflkit.flower.supernode <flower-supernode's arguments>
+    python -m pflkit.flower.supernode [--wake PATH] <flower-supernode's arguments>
 
 runs Flower's own ``flower-supernode`` entry point, unchanged, except for the sleeps of that one module: the
 wait after an empty pull is :class:`pflkit.flower.waits.Backoff`'s (from 0.01 s after a message, growing while
 idle, up to Flower's 3 s), and the waits for the reply and its objects, which look at the node's own memory,
 last at most ``FIRST_WAIT``; a reply wait counts as activity. A message's objects that are not at the SuperLink
 yet are asked for again after ``NODE_OBJECT_RETRY`` (:func:`pflkit.flower.waits.quick_object_retries`), not 1 s.
-Pulls, pushes, retries, TLS and node authentication are Flower's.
+With ``--wake PATH`` (pflkit's option, the rest are Flower's) it also tells pflkit's SuperExec listening at PATH
+when it has stored a new message (:mod:`pflkit.flower.wake`). Pulls, pushes, retries, TLS and node
+authentication are Flower's.
 """
 from __future__ import annotations
 
@@ -45,11 +47,48 @@ def shorten_waits() -> None:
     quick_object_retries(start_client_internal, "pull_objects", NODE_OBJECT_RETRY)
 
 
+def wake_on_message(notify) -> None:
+    """Call ``notify`` (:func:`pflkit.flower.wake.notifier`) each time Flower's SuperNode loop has pulled a message
+    and stored it with its objects, its task created: the SuperExec asks for that task at once."""
+    from flwr.supernode import start_client_internal
+
+    pull_and_store = start_client_internal._pull_and_store_message
+
+    def pulled(*args, **kwargs):
+        run_id = pull_and_store(*args, **kwargs)
+        if run_id is not None:
+            notify()
+        return run_id
+    start_client_internal._pull_and_store_message = pulled
+
+
+def split_wake(argv: list[str]) -> tuple[list[str], str | None]:
+    """``argv`` without pflkit's ``--wake PATH`` (or ``--wake=PATH``), and PATH (None without one)."""
+    rest, path, i = [], None, 0
+    while i < len(argv):
+        name, eq, value = argv[i].partition("=")
+        if name == "--wake":
+            if not eq:
+                if i + 1 >= len(argv):
+                    raise SystemExit("pflkit.flower.supernode: --wake needs a value (the SuperExec's socket)")
+                value, i = argv[i + 1], i + 1
+            path = value
+        else:
+            rest.append(argv[i])
+        i += 1
+    return rest, path
+
+
 def main() -> None:
     from flwr.supernode.cli import flower_supernode
 
+    from .wake import notifier
+
+    rest, wake = split_wake(sys.argv[1:])
     shorten_waits()
-    sys.argv[0] = "flower-supernode"
+    if wake is not None:
+        wake_on_message(notifier(wake))
+    sys.argv = ["flower-supernode", *rest]
     sys.exit(flower_supernode())
 
 
