@@ -108,7 +108,7 @@ def test_the_command_line_may_name_many_supernodes_in_either_argparse_form():
     assert addresses == ["127.0.0.1:1", "127.0.0.1:2"] and pids == [11, 12] and wake is None
     assert superexec.split_argv(["--wake", "@w", "--runtime-api-address=a"]) == ([], ["a"], [], "@w")
     assert superexec.split_argv(["--wake=/tmp/w"])[3] == "/tmp/w"
-    with pytest.raises(SystemExit, match="--parent-pid needs a value"):
+    with pytest.raises(SystemExit, match="argument --parent-pid: expected one argument"):
         superexec.split_argv(["--runtime-api-address", "a", "--parent-pid"])
 
 

@@ -97,5 +97,5 @@ def test_the_supernode_takes_its_wake_option_in_either_argparse_form():
     assert supernode.split_wake(argv) == (["--isolation", "process", "--superlink", "x"], "@w")
     assert supernode.split_wake(["--wake=@v"]) == ([], "@v")
     assert supernode.split_wake(["--insecure"]) == (["--insecure"], None)
-    with pytest.raises(SystemExit, match="--wake needs a value"):
+    with pytest.raises(SystemExit, match="argument --wake: expected one argument"):
         supernode.split_wake(["--wake"])

@@ -31,6 +31,7 @@ not a dozen times.
 """
 from __future__ import annotations
 
+import argparse
 import importlib
 import multiprocessing
 import os
@@ -150,25 +151,15 @@ def serve(run_superexec, addresses: list[str], parent_pids: list[int], poll: flo
 def split_argv(argv: list[str]) -> tuple[list[str], list[str], list[int], str | None]:
     """``flower-superexec``'s arguments without the repeated ``--runtime-api-address`` and ``--parent-pid`` and
     pflkit's ``--wake`` (``--name value`` or ``--name=value``), and the values of those three."""
-    rest, addresses, pids, wake = [], [], [], None
-    i = 0
-    while i < len(argv):
-        name, eq, value = argv[i].partition("=")
-        if name in ("--runtime-api-address", "--parent-pid", "--wake"):
-            if not eq:
-                if i + 1 >= len(argv):
-                    raise SystemExit(f"pflkit.flower.superexec: {name} needs a value")
-                value, i = argv[i + 1], i + 1
-            if name == "--parent-pid":
-                pids.append(int(value))
-            elif name == "--wake":
-                wake = value
-            else:
-                addresses.append(value)
-        else:
-            rest.append(argv[i])
-        i += 1
-    return rest, addresses, pids, wake
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    parser.add_argument("--runtime-api-address", action="append", default=[])
+    parser.add_argument("--parent-pid", action="append", type=int, default=[])
+    parser.add_argument("--wake")
+    try:
+        known, rest = parser.parse_known_args(argv)
+    except argparse.ArgumentError as exc:
+        raise SystemExit(f"pflkit.flower.superexec: {exc}") from None
+    return rest, known.runtime_api_address, known.parent_pid, known.wake
 
 
 def main(argv: list[str] | None = None) -> None:

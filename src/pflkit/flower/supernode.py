@@ -7,21 +7,22 @@ second they add up to seconds per round: a pass waits for the latest of its node
 
     python -m pflkit.flower.supernode [--wake PATH] <flower-supernode's arguments>
 
-runs Flower's own ``flower-supernode`` entry point, unchanged, except for the sleeps of that one module: the
-wait after an empty pull is :class:`pflkit.flower.waits.Backoff`'s (from 0.01 s after a message, growing while
-idle, up to Flower's 3 s), and the waits for the reply and its objects, which look at the node's own memory,
+runs Flower's own ``flower-supernode`` entry point, unchanged, except for the sleeps of that one module: the wait
+after an empty pull is :class:`pflkit.flower.waits.Backoff`'s (from ``NODE_POLL_FIRST`` after a message, growing
+while idle, up to Flower's 3 s), and the waits for the reply and its objects, which look at the node's own memory,
 last at most ``FIRST_WAIT``; a reply wait counts as activity. A message's objects that are not at the SuperLink
 yet are asked for again after ``NODE_OBJECT_RETRY`` (:func:`pflkit.flower.waits.quick_object_retries`), not 1 s.
 With ``--wake PATH`` (pflkit's option, the rest are Flower's) it also tells pflkit's SuperExec listening at PATH
-when it has stored a new message (:mod:`pflkit.flower.wake`). Pulls, pushes, retries, TLS and node
-authentication are Flower's.
+when it has stored a new message (:mod:`pflkit.flower.wake`). Pulls, pushes, retries, TLS and node authentication
+are Flower's.
 """
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
-from .waits import FIRST_WAIT, NODE_OBJECT_RETRY, Backoff, quick_object_retries, replace_time
+from .waits import FIRST_WAIT, NODE_OBJECT_RETRY, NODE_POLL_FIRST, Backoff, quick_object_retries, replace_time
 
 #: Flower's wait after a pull that brought no message, in seconds (``start_client_internal``'s literal)
 EMPTY_PULL_WAIT = 3.0
@@ -43,7 +44,7 @@ def shorten_waits() -> None:
     """Give Flower's SuperNode loop pflkit's waits: its sleeps, and its retries of a message's objects."""
     from flwr.supernode import start_client_internal
 
-    replace_time(start_client_internal, node_sleep(Backoff()))
+    replace_time(start_client_internal, node_sleep(Backoff(first=NODE_POLL_FIRST)))
     quick_object_retries(start_client_internal, "pull_objects", NODE_OBJECT_RETRY)
 
 
@@ -52,7 +53,10 @@ def wake_on_message(notify) -> None:
     and stored it with its objects, its task created: the SuperExec asks for that task at once."""
     from flwr.supernode import start_client_internal
 
-    pull_and_store = start_client_internal._pull_and_store_message
+    pull_and_store = getattr(start_client_internal, "_pull_and_store_message", None)
+    if pull_and_store is None:
+        raise RuntimeError("flwr.supernode.start_client_internal has no _pull_and_store_message: "
+                           "pflkit.flower.supernode's --wake needs updating for this Flower version")
 
     def pulled(*args, **kwargs):
         run_id = pull_and_store(*args, **kwargs)
@@ -64,19 +68,13 @@ def wake_on_message(notify) -> None:
 
 def split_wake(argv: list[str]) -> tuple[list[str], str | None]:
     """``argv`` without pflkit's ``--wake PATH`` (or ``--wake=PATH``), and PATH (None without one)."""
-    rest, path, i = [], None, 0
-    while i < len(argv):
-        name, eq, value = argv[i].partition("=")
-        if name == "--wake":
-            if not eq:
-                if i + 1 >= len(argv):
-                    raise SystemExit("pflkit.flower.supernode: --wake needs a value (the SuperExec's socket)")
-                value, i = argv[i + 1], i + 1
-            path = value
-        else:
-            rest.append(argv[i])
-        i += 1
-    return rest, path
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    parser.add_argument("--wake")
+    try:
+        known, rest = parser.parse_known_args(argv)
+    except argparse.ArgumentError as exc:
+        raise SystemExit(f"pflkit.flower.supernode: {exc}") from None
+    return rest, known.wake
 
 
 def main() -> None:
