@@ -48,7 +48,7 @@ POLL_SECONDS = 0.02
 
 
 # --------------------------------------------------------------------------- messages
-#: the key of a message's packed tensors in its one record (a small message: ``content``)
+#: the key of a message's packed tensors in its one record (``message_content``)
 TENSORS = "pflkit.tensors"
 #: the largest packed tensors a message carries as bytes in its one record: Flower's array chunk (5 MB unless
 #: ``FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE`` says otherwise), the most an ArrayRecord would move in one object anyway

@@ -1,14 +1,14 @@
 """A SuperNode's word to pflkit's SuperExec that it holds a new message: the SuperExec asks for the task at once.
 
-Flower's SuperExec learns of a task only by asking its SuperNode (``AcquireTask``), once per poll interval; pflkit's
-backed off from 0.01 s after each launch, so that a task was found soon after it came. That cost about a dozen asks
-per node per round, every one a request the SuperNode serves, on a deployment whose cores are all busy
-(``benchmarks/flower_requests.py``). On pflkit's deployment a SuperNode and the SuperExec serving it run on the same
-machine, so the SuperNode says when a message has arrived and its objects are stored (:func:`notifier`: one
+Flower's SuperExec learns of a task only by asking its SuperNode (``AcquireTask``), once per poll interval;
+pflkit's backed off from 0.01 s after each launch, so that a task was found soon after it came. That cost about a
+dozen asks per node per round, every one a request the SuperNode serves, on a deployment whose cores are all busy
+(``benchmarks/flower_requests.py``). On pflkit's deployment a SuperNode and the SuperExec serving it run on the
+same machine, so the SuperNode says when a message has arrived and its objects are stored (:func:`notifier`: one
 datagram on a Unix socket, naming the SuperNode's pid; pflkit's deployment uses Linux's abstract namespace, and
-runs without the word elsewhere), and the SuperExec's loop for that node waits on it
-(:class:`Wakes`) with Flower's poll interval as the longest wait. A word lost (the SuperExec not listening yet,
-its socket's buffer full) costs at most that interval: the poll still comes.
+runs without the word elsewhere), and the SuperExec's loop for that node waits on it (:class:`Wakes`) with
+Flower's poll interval as the longest wait. A word lost (the SuperExec not listening yet, its socket's buffer
+full) costs at most that interval: the poll still comes.
 """
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ class Wakes:
         while True:
             try:
                 word = self._sock.recv(64)
-            except OSError:  # closed
+            except OSError:  # the socket closed
                 return
             try:
                 self._event(int(word)).set()
