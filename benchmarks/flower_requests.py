@@ -10,8 +10,9 @@ over HTTP through httpx) and appends one line per request to the file named by `
 nothing without that variable. Timing adds work to every process, so the rounds here are slower than
 flower_floor.py's: read this for where a round goes, that one for how long it takes.
 
-Per round (a round starts when the ServerApp pushes its messages; the first round of each payload, which may
-meet nodes still starting, is left out), by the process that asked and the API path:
+Per round (a round starts when the ServerApp pushes its messages, and the last ends with the ServerApp's last
+request; the first round of each payload, which may meet nodes still starting, is left out), by the process that
+asked and the API path:
 
 * **requests** per round, and the seconds those requests took (their sum: the processes ask concurrently);
 * **object waits**: a process that asks for a message's object before its sender has pushed it waits and asks
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import os
 import sys
 import tempfile
@@ -78,7 +80,10 @@ def read_log(text: str) -> list[tuple[float, float, int, str, str]]:
 
 def summarize(rows: list[tuple[float, float, int, str, str]], skip: set[int], gap: float) -> dict:
     """Requests, their seconds and the object waits per round, by role and path, over the rounds whose index
-    (0-based, in order of the ServerApp's pushes) is not in ``skip``."""
+    (0-based, in order of the ServerApp's pushes) is not in ``skip``. The last round ends with the ServerApp's
+    last request: what comes after it (the deployment's teardown, its nodes polling meanwhile) is no round's."""
+    end = max((r[0] for r in rows if r[3] == ROUND_START[0]), default=math.inf)
+    rows = [r for r in rows if r[0] <= end]
     starts = [r[0] for r in rows if (r[3], r[4]) == ROUND_START]
     counted = [i for i in range(len(starts)) if i not in skip]
     if not counted:

@@ -157,6 +157,12 @@ def test_flower_requests_counts_each_rounds_requests_and_the_waits_for_objects()
     assert "7 requests per round, 7 per node" in md and "flwr-serverapp 1.0 per round, 1.00 s" in md
     with pytest.raises(ValueError, match="3 rounds, none left"):
         bench.summarize(rows, skip={0, 1, 2}, gap=0.3)
+    # the last round ends with the ServerApp's last request: the teardown after it is no round's
+    rows = bench.read_log(log + "\n14.2 0.01 1 flwr-serverapp /v1/runtime/push-task-output"
+                                "\n15.0 0.01 3 flower-superexec /v1/runtime/acquire-task")
+    s = bench.summarize(rows, skip={0}, gap=0.3)
+    assert s["rounds"] == 2 and "flower-superexec /v1/runtime/acquire-task" not in s["requests"]
+    assert s["requests"]["flwr-serverapp /v1/runtime/push-task-output"]["per_round"] == 0.5
 
 
 def test_flower_benchmark_keeps_the_other_engines_rows_of_an_earlier_run():
