@@ -157,3 +157,15 @@ def test_a_launch_restarts_its_loops_backoff(monkeypatch):
     monkeypatch.setattr(SubprocessExecutor, "launch", lambda self, spec: "flower's launch")
     assert executor.launch(_spec(TaskType.SERVER_APP)) == "flower's launch"
     assert superexec.BACKOFF.next_wait(1.0) == superexec.BACKOFF.first
+
+
+def test_every_module_the_fork_server_preloads_imports():
+    """The fork server skips a preload module that fails to import without a word (multiprocessing.forkserver),
+    so each is imported here in a fresh interpreter: the ClientApps' own modules, and
+    ``pflkit.flower.forkserver_warmup``, whose import builds one HTTP client so that forked ClientApps find
+    OpenSSL's default certificate paths loaded."""
+    import sys
+
+    assert "pflkit.flower.forkserver_warmup" in superexec.PRELOAD
+    code = "import importlib, sys; [importlib.import_module(m) for m in sys.argv[1:]]"
+    subprocess.run([sys.executable, "-c", code, *superexec.PRELOAD], check=True, timeout=300)

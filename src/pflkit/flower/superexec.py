@@ -51,8 +51,10 @@ from .waits import NODE_OBJECT_RETRY, Backoff, quick_object_retries, replace_tim
 #: the wait of every loop's idle polls (per thread: per SuperNode), Flower's poll interval the longest
 BACKOFF = Backoff()
 #: imported once by the fork server, so that a forked ClientApp starts with them loaded (httpcore: the HTTP
-#: client flwr-clientapp builds imports it on first use, 0.3 s of every ClientApp on this machine)
-PRELOAD = ["torch", "flwr.supernode.cli.flwr_clientapp", "pflkit.flower.apps", "httpcore"]
+#: client flwr-clientapp builds imports it on first use, 0.3 s of every ClientApp on this machine;
+#: forkserver_warmup: that client's SSL defaults, about 15 ms of every ClientApp)
+PRELOAD = ["torch", "flwr.supernode.cli.flwr_clientapp", "pflkit.flower.apps", "httpcore",
+           "pflkit.flower.forkserver_warmup"]
 
 
 def clientapp_argv(spec: ExecutionSpec) -> list[str]:
