@@ -107,7 +107,7 @@ def test_forward_one_step_and_k_steps_equal_per_model_autograd(name, layout):
     data = _federation(name)
     fast = FunctionalModel(factory, conv_layout=layout)
     slow = FunctionalModel(factory, fast_steps=False)
-    assert fast._steps_net is not None and fast.stacked is None  # the CNN's other passes stay on vmap
+    assert fast._steps_net is not None and fast.stacked is None  # the CNN's evaluation stays on vmap
     n = 4
     start = _start(fast, n)
     lr = _lr("per-model", 1, n)
@@ -175,3 +175,54 @@ def test_layout_per_device_and_validation():
     assert stacked_conv.conv_layout_for(torch.device("cuda")) == "grouped"
     with pytest.raises(ValueError, match="conv_layout must be one of"):
         FunctionalModel(NETS["cnn"][0], conv_layout="im2col")
+
+
+def _per_model_grads(factory, params, x, y):
+    """Per model, plain autograd on an nn.Module: the gradient of its mean loss on (x[i], y[i]), and the loss."""
+    grads, losses = {k: torch.empty_like(v) for k, v in params.items()}, torch.empty(x.shape[0])
+    for i in range(x.shape[0]):
+        module = ref._module_with(factory, {k: v[i] for k, v in params.items()})
+        loss = nn.functional.cross_entropy(module(x[i]), y[i])
+        names, leaves = zip(*module.named_parameters())
+        for k, g in zip(names, torch.autograd.grad(loss, leaves)):
+            grads[k][i] = g
+        losses[i] = loss.detach()
+    return grads, losses
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("name", sorted(NETS))
+def test_batched_grad_equals_per_model_autograd(name, layout):
+    """A CNN's ``batched_grad`` (the steps of pFedMe, Per-FedAvg, PERM's global step) by the K-step path's
+    forward and backward, against the autograd loop and the vmap path; the caller's tensors untouched."""
+    factory, shape, classes = NETS[name]
+    fast = FunctionalModel(factory, conv_layout=layout)
+    slow = FunctionalModel(factory, fast_steps=False)
+    n, b = 4, 3
+    params = _start(fast, n)
+    g = torch.Generator().manual_seed(7)
+    x, y = torch.randn(n, b, *shape, generator=g), torch.randint(0, classes, (n, b), generator=g)
+    before = ({k: v.clone() for k, v in params.items()}, x.clone())
+    want, want_losses = _per_model_grads(factory, params, x, y)
+    for model in (fast, slow):
+        got, losses = model.batched_grad(params, x, y)
+        assert list(got) == list(params)
+        for k in want:
+            torch.testing.assert_close(got[k], want[k], **TOL)
+        torch.testing.assert_close(losses, want_losses, **TOL)
+    assert all(torch.equal(params[k], before[0][k]) for k in params) and torch.equal(x, before[1])
+
+
+def test_batched_grad_path_only_where_it_applies(monkeypatch):
+    """The CNN gradient path runs under the K-step path's conditions, else vmap (which sees the graph)."""
+    factory, shape, classes = NETS["cnn"]
+    calls = []
+    original = stacked_conv.ConvSteps.grad
+    monkeypatch.setattr(stacked_conv.ConvSteps, "grad", lambda self, *a: calls.append(1) or original(self, *a))
+    params = broadcast(FunctionalModel(factory).init(0), 2)
+    x, y = torch.randn(2, 3, *shape), torch.randint(0, classes, (2, 3))
+    FunctionalModel(factory).batched_grad(params, x, y)
+    assert calls == [1]
+    FunctionalModel(factory, fast_steps=False).batched_grad(params, x, y)
+    FunctionalModel(factory).batched_grad({k: v.clone().requires_grad_() for k, v in params.items()}, x, y)
+    assert calls == [1]

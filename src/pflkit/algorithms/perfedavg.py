@@ -100,16 +100,25 @@ class PerFedAvg(FedAvg):
         """tau Per-FedAvg local steps from w on every listed client at once -> [M, ..]."""
         m = len(clients)
         idx = data.sample_indices(self.batch_schedule(clients), self.batch_size, generator)
-        v = broadcast(w, m)
+        v = broadcast(w, m)  # our own copy: updated in place below
+        temp = {k: torch.empty_like(p) for k, p in v.items()}
+        # in place (the gradients are fresh tensors of ours), the same operations in the same order as
+        # v - alpha g, step - alpha d and v - beta step: the same float results without M x P-sized
+        # temporaries per operation
         for t in range(self.local_steps):
             x, y = data.x_train[idx[t]], data.y_train[idx[t]]  # [parts, M, B, ..]
             g, _ = self.model.batched_grad(v, x[0], y[0])
-            temp = {k: p - self.alpha * g[k] for k, p in v.items()}
+            with torch.no_grad():
+                for k, p in v.items():
+                    torch.sub(p, g[k].mul_(self.alpha), out=temp[k])
             step, _ = self.model.batched_grad(temp, x[1], y[1])
-            if self.variant == "hf" and self.alpha:
-                d = self.hessian_vector_product(v, x[2], y[2], step)
-                step = {k: step[k] - self.alpha * d[k] for k in step}
-            v = {k: p - self.beta * step[k] for k, p in v.items()}
+            with torch.no_grad():
+                if self.variant == "hf" and self.alpha:
+                    d = self.hessian_vector_product(v, x[2], y[2], step)
+                    for k in step:
+                        step[k].sub_(d[k].mul_(self.alpha))
+                for k, p in v.items():
+                    p.sub_(step[k].mul_(self.beta))
         return v
 
     def batch_schedule(self, clients: Tensor) -> Tensor:

@@ -75,13 +75,20 @@ class PFedMe(FedAvg):
         """One pFedMe local round from w on every listed client at once -> (w_local, theta), [M, ..]."""
         m, lam = len(clients), self.lam
         idx = data.sample_indices(self.batch_schedule(clients), self.batch_size, generator)  # [R, M, B]
-        local, theta = broadcast(w, m), broadcast(w, m)
-        for r in range(self.local_steps):
-            x, y = data.x_train[idx[r]], data.y_train[idx[r]]
-            for _ in range(self.inner_steps):
-                g, _ = self.model.batched_grad(theta, x, y)
-                theta = {k: t - self.personal_lr * (g[k] + lam * (t - local[k])) for k, t in theta.items()}
-            local = {k: p - self.lr * lam * (p - theta[k]) for k, p in local.items()}
+        local, theta = broadcast(w, m), broadcast(w, m)  # our own copies: updated in place below
+        tmp = {k: torch.empty_like(t) for k, t in theta.items()}
+        # in place, one buffer per tensor, the same operations in the same order as the formulas above (the
+        # same float results): with a fresh tensor per operation, M x P-sized temporaries made the update
+        # cost more than the gradient (perm_fig2's paper CNN, 50 clients: 0.80 s against 0.31 s a step)
+        with torch.no_grad():
+            for r in range(self.local_steps):
+                x, y = data.x_train[idx[r]], data.y_train[idx[r]]
+                for _ in range(self.inner_steps):
+                    g, _ = self.model.batched_grad(theta, x, y)
+                    for k, t in theta.items():  # theta - personal_lr (g + lambda (theta - local))
+                        t.sub_(torch.sub(t, local[k], out=tmp[k]).mul_(lam).add_(g[k]).mul_(self.personal_lr))
+                for k, p in local.items():  # local - lr lambda (local - theta)
+                    p.sub_(torch.sub(p, theta[k], out=tmp[k]).mul_(self.lr * lam))
         return local, theta
 
     # -- the one round (``FederatedRound``) with pFedMe's client step; the server mixing is ServerOpt gd at lr beta

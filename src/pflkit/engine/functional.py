@@ -26,9 +26,10 @@ class FunctionalModel:
     (``engine.stacked``; 5x faster than vmap for logistic regression). ``"all"`` also stacks
     Conv2d / MaxPool2d networks' gradients and evaluation (one grouped convolution under autograd;
     measured within 5% of vmap on CPU, where the convolutions dominate, so vmap stays the default
-    there; a CNN's K-step client update is ``engine.stacked_conv`` under either setting). ``False``: always
-    ``vmap(grad_and_value(loss))``, which is also used for any other module, inside torch.func
-    transforms and for parameters that require grad. Every path gives the gradient of the same loss.
+    there; a CNN's K-step client update and its minibatch gradients are ``engine.stacked_conv`` under
+    either setting). ``False``: always ``vmap(grad_and_value(loss))``, which is also used for any other
+    module, inside torch.func transforms and for parameters that require grad. Every path gives the
+    gradient of the same loss.
 
     The module stays in eval mode: evaluation and every gradient used for estimates (PERM's alpha,
     full-batch gradients) see no dropout. Minibatch training steps (``engine.local_sgd``) call
@@ -39,7 +40,8 @@ class FunctionalModel:
     (Conv2d / ReLU / MaxPool2d, Flatten, Linear / ReLU: ``models.cnn``), run K at a time (``sgd_steps``,
     ``engine.stacked`` / ``engine.stacked_conv``); False runs them one ``sgd_step_`` at a time (for a CNN
     under the default ``stacked``: vmap), the path the K-step one is tested and benchmarked against
-    (within float rounding of each other). ``conv_layout`` ("loop" | "grouped", default per device type:
+    (within float rounding of each other); for a CNN it also moves ``batched_grad`` back to vmap.
+    ``conv_layout`` ("loop" | "grouped", default per device type:
     ``stacked_conv.CONV_LAYOUT``) is how the K-step path runs a CNN's convolutions.
     """
 
@@ -80,7 +82,7 @@ class FunctionalModel:
         net = None if layers is None else StackedSequential(layers)
         self.stacked = net if net is not None and (stacked == "all" or net.dense) else None
         # the K plain SGD steps at once: dense networks and CNNs (engine.stacked_conv, also under the
-        # default stacked="dense", where the CNN's other passes stay on vmap)
+        # default stacked="dense", where a CNN's evaluation stays on vmap; its batched_grad takes stacked_conv too)
         self._steps_net = net if net is not None and (net.dense or net.conv_steps is not None) else None
         if conv_layout is not None and conv_layout not in CONV_LAYOUTS:
             raise ValueError(f"conv_layout must be one of {CONV_LAYOUTS} or None, got {conv_layout!r}")
@@ -105,8 +107,14 @@ class FunctionalModel:
         return F.cross_entropy(self.forward(params, x), y)
 
     def batched_grad(self, params: Params, x: Tensor, y: Tensor) -> tuple[Params, Tensor]:
+        """Model i's gradient of its mean loss on (x[i], y[i]), and the losses [N]. A CNN of
+        ``engine.stacked_conv``'s shape takes that module's forward and backward (as its K steps do, and
+        under the same conditions: ``fast_steps``, outside torch.func transforms, params without a graph)."""
         if self._use_stacked(params):
             return self.stacked.grad(params, x, y)
+        if self.fast_steps and self._steps_net is not None and self._steps_net.conv_steps is not None \
+                and self._graph_free(params):
+            return self._steps_net.conv_steps.grad(params, x, y, self.conv_layout)
         return self._batched_grad(params, x, y)
 
     def train_grad(self, params: Params, x: Tensor, y: Tensor, seeds: Tensor) -> tuple[Params, Tensor]:

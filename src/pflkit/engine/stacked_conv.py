@@ -1,5 +1,7 @@
 """K plain SGD steps of N stacked CNNs in one call (``FunctionalModel.sgd_steps`` for a network of
-Conv2d / ReLU / MaxPool2d layers, then Flatten, then Linear / ReLU layers: ``models.cnn``).
+Conv2d / ReLU / MaxPool2d layers, then Flatten, then Linear / ReLU layers: ``models.cnn``), and the N
+models' gradients on their own minibatches (``FunctionalModel.batched_grad``: the steps of pFedMe,
+Per-FedAvg and PERM's global step) by the same forward and backward.
 
 Forward and backward are written out with ATen's own kernels (``convolution_backward``,
 ``max_pool2d_with_indices_backward``, ``threshold_backward``), no autograd graph:
@@ -117,9 +119,10 @@ class ConvSteps:
                 saved.append(idx)
         return h
 
-    def _backward_(self, weights: dict, g: Tensor, groups: int, saved: list) -> None:
+    def _backward_(self, weights: dict, g: Tensor, groups: int, saved: list, grads: dict | None) -> None:
         """Back through the convolutional part from ``g`` (the gradient of its output, already scaled by
-        the step size), subtracting each weight's gradient from it in place."""
+        the step size): each weight's gradient subtracted from it in place, or, with ``grads``, stored
+        there (``grads[name] = (weight gradient, bias gradient)``) and the weights left alone."""
         for j in range(len(self.convs) - 1, self.first_conv - 1, -1):
             kind, name, layer = self.convs[j]
             if kind == "conv":
@@ -127,8 +130,11 @@ class ConvSteps:
                 gi, gw, gb = aten.convolution_backward(
                     g, saved.pop(), w, [b.shape[0]], list(layer.stride), list(layer.padding),
                     list(layer.dilation), False, [0, 0], groups, [j > self.first_conv, True, True])
-                w.sub_(gw)
-                b.sub_(gb)
+                if grads is None:
+                    w.sub_(gw)
+                    b.sub_(gb)
+                else:
+                    grads[name] = (gw, gb)
                 g = gi
             elif kind == "relu":
                 g = aten.threshold_backward(g, saved.pop(), 0)
@@ -136,63 +142,109 @@ class ConvSteps:
                 idx, inp = saved.pop(), saved.pop()
                 g = aten.max_pool2d_with_indices_backward(g, inp, *self.pool_args[name], False, idx)
 
-    # ---------------------------------------------------------------------------- K steps
+    def _blocks(self, params: dict, n: int, layout: str) -> list[dict]:
+        """The convolutions' (weight, bias) as each block of activations sees them: per model (``"loop"``),
+        or the N models' [N, out, ..] as one grouped convolution's [N*out, ..] (``"grouped"``; views of
+        contiguous parameters, so an in-place step on them steps ``params``)."""
+        if layout not in CONV_LAYOUTS:
+            raise ValueError(f"conv layout must be one of {CONV_LAYOUTS}, got {layout!r}")
+        convs = [name for kind, name, _ in self.convs if kind == "conv"]
+        if layout == "loop":
+            return [{c: (params[f"{c}.weight"][i], params[f"{c}.bias"][i]) for c in convs} for i in range(n)]
+        return [{c: (params[f"{c}.weight"].reshape(-1, *params[f"{c}.weight"].shape[2:]),
+                     params[f"{c}.bias"].reshape(-1)) for c in convs}]
+
+    def _pass(self, blocks: list[dict], tail: list, x: Tensor, y: Tensor, scale: Tensor, layout: str,
+              grads: dict | None = None) -> Tensor:
+        """Forward and backward of the N models on their minibatches ``x`` [N, B, C, H, W], ``y`` [N, B, 1]:
+        returns the mean losses [N]. Every gradient comes out scaled by ``scale`` [N, 1, 1] (a step size / B,
+        riding in dz = scale (softmax - onehot)); without ``grads`` each weight takes it off in place (one SGD
+        step), with ``grads`` (a dict) it is stored there -- the convolutions' by name (``_backward_``), the
+        tail's Linears by position, (weight gradient [N, out, in], bias gradient [N, out]) -- and no weight
+        changes. ``tail``: (weight [N, out, in], bias [N, 1, out], ReLU on its input) per Linear."""
+        n, b = x.shape[:2]
+        if layout == "loop":
+            saved = [[] for _ in range(n)]
+            outs = [self._forward(blocks[i], x[i], 1, saved[i]) for i in range(n)]
+            shape = outs[0].shape[1:]
+            h = torch.stack([o.reshape(b, -1) for o in outs])  # [N, B, features]
+        else:
+            saved = []
+            xg = x.transpose(0, 1).reshape(b, n * x.shape[2], *x.shape[3:])
+            out = self._forward(blocks[0], xg, n, saved)
+            shape = (out.shape[1] // n, *out.shape[2:])
+            h = out.reshape(b, n, -1).transpose(0, 1)  # [N, B, features]
+        # dense tail, batched over the models
+        inputs = []
+        for w, bias, relu in tail:
+            if relu:  # h is ours (stacked features, a view of the last block output, or logits)
+                h = h.relu_()
+            inputs.append(h)
+            h = torch.baddbmm(bias, h, w.transpose(1, 2))
+        logp = torch.log_softmax(h, 2)
+        losses = logp.gather(2, y).squeeze(2).mean(1).neg_()
+        dz = logp.exp_().scatter_add_(2, y, torch.full((n, b, 1), -1.0, dtype=h.dtype, device=h.device)).mul_(scale)
+        for j in range(len(tail) - 1, -1, -1):
+            (w, bias, relu), h_in = tail[j], inputs[j]
+            dh = torch.bmm(dz, w)  # with the weights before the step
+            if grads is None:
+                w.baddbmm_(dz.transpose(1, 2), h_in, alpha=-1.0)
+                bias.sub_(dz.sum(1, keepdim=True))
+            else:
+                grads[j] = (torch.bmm(dz.transpose(1, 2), h_in), dz.sum(1))
+            dz = aten.threshold_backward(dh, h_in, 0) if relu else dh
+        # back through the convolutional part
+        if layout == "loop":
+            g = dz.view(n, b, *shape)
+            per_model = [None if grads is None else {} for _ in range(n)]
+            for i in range(n):
+                self._backward_(blocks[i], g[i], 1, saved[i], per_model[i])
+            if grads is not None:
+                for name in per_model[0]:
+                    grads[name] = tuple(torch.stack(parts) for parts in zip(*(m[name] for m in per_model)))
+        else:
+            g = dz.transpose(0, 1).reshape(b, n * shape[0], *shape[1:])
+            self._backward_(blocks[0], g, n, saved, grads)
+            if grads is not None:
+                for name in blocks[0]:
+                    gw, gb = grads[name]
+                    grads[name] = (gw.view(n, -1, *gw.shape[1:]), gb.view(n, -1))
+        return losses
+
+    # ---------------------------------------------------------------------------- K steps, one gradient
     def sgd_steps(self, params: dict, data, idx: Tensor, lr: Tensor, layout: str) -> tuple[dict, Tensor]:
         """K plain SGD steps on ``data``'s train rows ``idx`` [K, N, B] with step sizes ``lr`` [K, N]: the
         new parameters (``params`` untouched) and the minibatch losses [K, N] (before each step)."""
-        if layout not in CONV_LAYOUTS:
-            raise ValueError(f"conv layout must be one of {CONV_LAYOUTS}, got {layout!r}")
         steps, n, b = idx.shape
         x_store, y_store = data.x_train, data.y_train
         new = {k: v.clone() for k, v in params.items()}  # contiguous copies, updated in place
-        dtype, device = new[self.tail[0][0]].dtype, new[self.tail[0][0]].device
-        convs = [name for kind, name, _ in self.convs if kind == "conv"]
-        if layout == "loop":
-            blocks = [{c: (new[f"{c}.weight"][i], new[f"{c}.bias"][i]) for c in convs} for i in range(n)]
-        else:  # [N, out, in, kh, kw] seen as one grouped convolution's [N*out, in, kh, kw]
-            blocks = [{c: (new[f"{c}.weight"].view(-1, *new[f"{c}.weight"].shape[2:]), new[f"{c}.bias"].view(-1))
-                       for c in convs}]
+        blocks = self._blocks(new, n, layout)
         tail = [(new[wk], new[bk].unsqueeze(1), relu) for wk, bk, relu in self.tail]  # bias [N, 1, out]
+        dtype, device = new[self.tail[0][0]].dtype, new[self.tail[0][0]].device
         scale = (lr.to(dtype) / b).reshape(steps, n, 1, 1)  # dz = lr_i / B (softmax - onehot)
-        minus_one = torch.full((n, b, 1), -1.0, dtype=dtype, device=device)
         losses = torch.empty(steps, n, dtype=dtype, device=device)
         with torch.no_grad():
             for s in range(steps):
                 rows = idx[s].reshape(-1)
                 x = x_store.index_select(0, rows).view(n, b, *x_store.shape[1:])
                 y = y_store.index_select(0, rows).view(n, b, 1)
-                saved: list = []
-                if layout == "loop":
-                    saved = [[] for _ in range(n)]
-                    outs = [self._forward(blocks[i], x[i], 1, saved[i]) for i in range(n)]
-                    shape = outs[0].shape[1:]
-                    h = torch.stack([o.reshape(b, -1) for o in outs])  # [N, B, features]
-                else:
-                    xg = x.transpose(0, 1).reshape(b, n * x.shape[2], *x.shape[3:])
-                    out = self._forward(blocks[0], xg, n, saved)
-                    shape = (out.shape[1] // n, *out.shape[2:])
-                    h = out.reshape(b, n, -1).transpose(0, 1)  # [N, B, features]
-                # dense tail, batched over the models
-                inputs = []
-                for w, bias, relu in tail:
-                    if relu:  # h is ours (stacked features, a view of the last block output, or logits)
-                        h = h.relu_()
-                    inputs.append(h)
-                    h = torch.baddbmm(bias, h, w.transpose(1, 2))
-                logp = torch.log_softmax(h, 2)
-                losses[s] = logp.gather(2, y).squeeze(2).mean(1).neg_()
-                dz = logp.exp_().scatter_add_(2, y, minus_one).mul_(scale[s])
-                for (w, bias, relu), h_in in zip(reversed(tail), reversed(inputs)):
-                    dh = torch.bmm(dz, w)  # with the weights before the step
-                    w.baddbmm_(dz.transpose(1, 2), h_in, alpha=-1.0)
-                    bias.sub_(dz.sum(1, keepdim=True))
-                    dz = aten.threshold_backward(dh, h_in, 0) if relu else dh
-                # back through the convolutional part
-                if layout == "loop":
-                    g = dz.view(n, b, *shape)
-                    for i in range(n):
-                        self._backward_(blocks[i], g[i], 1, saved[i])
-                else:
-                    g = dz.transpose(0, 1).reshape(b, n * shape[0], *shape[1:])
-                    self._backward_(blocks[0], g, n, saved)
+                losses[s] = self._pass(blocks, tail, x, y, scale[s], layout)
         return {k: new[k] for k in params}, losses
+
+    def grad(self, params: dict, x: Tensor, y: Tensor, layout: str) -> tuple[dict, Tensor]:
+        """Each model's gradient of its mean cross-entropy on its own minibatch, x [N, B, C, H, W] and
+        y [N, B], and the losses [N]: ``FunctionalModel.batched_grad`` of a CNN, the same forward and
+        backward as one of ``sgd_steps``' steps, with the gradients kept instead of applied."""
+        n, b = x.shape[:2]
+        dtype = params[self.tail[0][0]].dtype
+        grads: dict = {}
+        with torch.no_grad():
+            tail = [(params[wk], params[bk].unsqueeze(1), relu) for wk, bk, relu in self.tail]
+            scale = torch.full((n, 1, 1), 1.0 / b, dtype=dtype, device=x.device)
+            losses = self._pass(self._blocks(params, n, layout), tail, x, y.reshape(n, b, 1), scale, layout, grads)
+        out = {}
+        for j, (wk, bk, _) in enumerate(self.tail):
+            out[wk], out[bk] = grads.pop(j)
+        for name, (gw, gb) in grads.items():
+            out[f"{name}.weight"], out[f"{name}.bias"] = gw, gb
+        return {k: out[k] for k in params}, losses
