@@ -4,6 +4,7 @@ runs Flower's ``flwr-clientapp`` entry point. The deployment tests (tests/integr
 Flower deployment through it."""
 import multiprocessing
 import subprocess
+import sys
 import threading
 
 import pytest
@@ -164,8 +165,6 @@ def test_every_module_the_fork_server_preloads_imports():
     so each is imported here in a fresh interpreter: the ClientApps' own modules, and
     ``pflkit.flower.forkserver_warmup``, whose import builds one HTTP client so that forked ClientApps find
     OpenSSL's default certificate paths loaded."""
-    import sys
-
     assert "pflkit.flower.forkserver_warmup" in superexec.PRELOAD
     code = "import importlib, sys; [importlib.import_module(m) for m in sys.argv[1:]]"
     subprocess.run([sys.executable, "-c", code, *superexec.PRELOAD], check=True, timeout=300)

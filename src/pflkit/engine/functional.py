@@ -91,6 +91,13 @@ class FunctionalModel:
     def _use_stacked(self, params: Params) -> bool:
         return self.stacked is not None and self._graph_free(params)
 
+    def _fast_net(self, params: Params):
+        """The network of the K-step path (``sgd_steps``; a CNN's ``batched_grad`` too) where it applies to
+        ``params``: ``fast_steps``, a dense or CNN network, outside torch.func transforms, params without a
+        graph; else None."""
+        return self._steps_net if self.fast_steps and self._steps_net is not None and self._graph_free(params) \
+            else None
+
     @staticmethod
     def _graph_free(params: Params) -> bool:
         if torch._C._functorch.peek_interpreter_stack() is not None:
@@ -112,9 +119,9 @@ class FunctionalModel:
         under the same conditions: ``fast_steps``, outside torch.func transforms, params without a graph)."""
         if self._use_stacked(params):
             return self.stacked.grad(params, x, y)
-        if self.fast_steps and self._steps_net is not None and self._steps_net.conv_steps is not None \
-                and self._graph_free(params):
-            return self._steps_net.conv_steps.grad(params, x, y, self.conv_layout)
+        net = self._fast_net(params)
+        if net is not None and net.conv_steps is not None:
+            return net.conv_steps.grad(params, x, y, self.conv_layout)
         return self._batched_grad(params, x, y)
 
     def train_grad(self, params: Params, x: Tensor, y: Tensor, seeds: Tensor) -> tuple[Params, Tensor]:
@@ -171,9 +178,8 @@ class FunctionalModel:
         parameters and the minibatch losses [K, N], or None where only ``sgd_step_`` applies (neither a dense
         stacked network nor a CNN of ``engine.stacked_conv``'s shape, ``stacked=False``, ``fast_steps=False``,
         inside torch.func transforms or with differentiable params)."""
-        if not (self.fast_steps and self._steps_net is not None and self._graph_free(params)):
-            return None
-        return self._steps_net.sgd_steps(params, data, idx, lr, self.conv_layout)
+        net = self._fast_net(params)
+        return None if net is None else net.sgd_steps(params, data, idx, lr, self.conv_layout)
 
     # full-batch (padded + masked) losses: used for exact client gradients and evaluation; ``count`` (the
     # client's whole row count, default the mask's) divides the loss sum, so that slices of a client's
