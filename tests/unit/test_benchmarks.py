@@ -197,3 +197,13 @@ def test_flower_benchmark_keeps_the_other_engines_rows_of_an_earlier_run():
     assert "load average 1.00 at start, 3.00 at end." in bench.markdown(res)  # one run: no rows named
     with pytest.raises(SystemExit, match="--keep: the earlier flower.json ran other work"):
         bench.keep_other_engines({**earlier, "rounds": 2}, res, ["deployment"])
+
+
+def test_grad_buffers_benchmark_writes_its_table(tmp_path):
+    bench = _load("grad_buffers")
+    res = bench.main(["--quick", "--threads", "1", "--repeats", "1", "--out", str(tmp_path)])
+    assert list(res["threads"]) == [1]
+    assert list(res["threads"][1]) == list(bench.ROWS)
+    assert all(t["fresh"] > 0 and t["buffers"] > 0 for t in res["threads"][1].values())
+    assert json.loads((tmp_path / "grad_buffers.json").read_text())["workload"]["clients"] == 3
+    assert "| pFedMe inner step | 1 |" in (tmp_path / "grad_buffers.md").read_text()

@@ -214,6 +214,29 @@ def test_batched_grad_equals_per_model_autograd(name, layout):
     assert all(torch.equal(params[k], before[0][k]) for k in params) and torch.equal(x, before[1])
 
 
+@pytest.mark.parametrize("path", ["loop", "grouped", "vmap", "dense"])
+def test_batched_grad_into_buffers(path):
+    """``batched_grad(..., out=buffers)`` (pFedMe's and Per-FedAvg's steps) writes every gradient into the
+    caller's buffers and returns them: exactly the numbers of the call without ``out``, on each path (the CNN
+    path in both layouts, vmap, the dense stacked path of an MLP), and again on a second call."""
+    if path == "dense":
+        model, shape, classes = FunctionalModel(lambda: nn.Sequential(nn.Flatten(), nn.Linear(6, 5), nn.ReLU(),
+                                                                      nn.Linear(5, 3))), (6,), 3
+    else:
+        factory, shape, classes = NETS["odd"]
+        model = FunctionalModel(factory, fast_steps=path != "vmap", conv_layout="loop" if path == "vmap" else path)
+    n, b = 4, 3
+    params = _start(model, n)
+    g = torch.Generator().manual_seed(7)
+    out = {k: torch.full_like(v, float("nan")) for k, v in params.items()}
+    for _ in range(2):
+        x, y = torch.randn(n, b, *shape, generator=g), torch.randint(0, classes, (n, b), generator=g)
+        want, want_losses = model.batched_grad(params, x, y)
+        got, losses = model.batched_grad(params, x, y, out=out)
+        assert got is out and list(got) == list(params)
+        assert all(torch.equal(got[k], want[k]) for k in want) and torch.equal(losses, want_losses)
+
+
 def test_batched_grad_path_only_where_it_applies(monkeypatch):
     """The CNN gradient path runs under the K-step path's conditions, else vmap (which sees the graph)."""
     factory, shape, classes = NETS["cnn"]

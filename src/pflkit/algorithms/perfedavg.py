@@ -102,16 +102,17 @@ class PerFedAvg(FedAvg):
         idx = data.sample_indices(self.batch_schedule(clients), self.batch_size, generator)
         v = broadcast(w, m)  # our own copy: updated in place below
         temp = {k: torch.empty_like(p) for k, p in v.items()}
-        # in place (the gradients are fresh tensors of ours), the same operations in the same order as
+        grads = {k: torch.empty_like(p) for k, p in v.items()}  # g, then step (batched_grad's out)
+        # in place (the gradients are buffers of ours), the same operations in the same order as
         # v - alpha g, step - alpha d and v - beta step: the same float results without M x P-sized
         # temporaries per operation
         for t in range(self.local_steps):
             x, y = data.x_train[idx[t]], data.y_train[idx[t]]  # [parts, M, B, ..]
-            g, _ = self.model.batched_grad(v, x[0], y[0])
+            g, _ = self.model.batched_grad(v, x[0], y[0], out=grads)
             with torch.no_grad():
                 for k, p in v.items():
                     torch.sub(p, g[k].mul_(self.alpha), out=temp[k])
-            step, _ = self.model.batched_grad(temp, x[1], y[1])
+            step, _ = self.model.batched_grad(temp, x[1], y[1], out=grads)  # g is spent: its buffers
             with torch.no_grad():
                 if self.variant == "hf" and self.alpha:
                     d = self.hessian_vector_product(v, x[2], y[2], step)

@@ -77,6 +77,7 @@ class PFedMe(FedAvg):
         idx = data.sample_indices(self.batch_schedule(clients), self.batch_size, generator)  # [R, M, B]
         local, theta = broadcast(w, m), broadcast(w, m)  # our own copies: updated in place below
         tmp = {k: torch.empty_like(t) for k, t in theta.items()}
+        grads = {k: torch.empty_like(t) for k, t in theta.items()}  # every step's gradient (batched_grad's out)
         # in place, one buffer per tensor, the same operations in the same order as the module docstring's
         # formulas (the same float results): with a fresh tensor per operation, M x P-sized temporaries made
         # the update cost more than the gradient (perm_fig2's paper CNN, 50 clients, 1 thread on a 2-core
@@ -85,7 +86,7 @@ class PFedMe(FedAvg):
             for r in range(self.local_steps):
                 x, y = data.x_train[idx[r]], data.y_train[idx[r]]
                 for _ in range(self.inner_steps):
-                    g, _ = self.model.batched_grad(theta, x, y)
+                    g, _ = self.model.batched_grad(theta, x, y, out=grads)
                     for k, t in theta.items():  # theta - personal_lr (g + lambda (theta - local))
                         t.sub_(torch.sub(t, local[k], out=tmp[k]).mul_(lam).add_(g[k]).mul_(self.personal_lr))
                 for k, p in local.items():  # local - lr lambda (local - theta)

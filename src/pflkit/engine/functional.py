@@ -113,15 +113,30 @@ class FunctionalModel:
     def loss(self, params: Params, x: Tensor, y: Tensor) -> Tensor:
         return F.cross_entropy(self.forward(params, x), y)
 
-    def batched_grad(self, params: Params, x: Tensor, y: Tensor) -> tuple[Params, Tensor]:
+    def batched_grad(self, params: Params, x: Tensor, y: Tensor, out: Params | None = None) -> tuple[Params, Tensor]:
         """Model i's gradient of its mean loss on (x[i], y[i]), and the losses [N]. A CNN of
         ``engine.stacked_conv``'s shape takes that module's forward and backward (as its K steps do, and
-        under the same conditions: ``fast_steps``, outside torch.func transforms, params without a graph)."""
+        under the same conditions: ``fast_steps``, outside torch.func transforms, params without a graph).
+
+        ``out`` (tensors shaped as ``params``, e.g. ``empty_like`` of them): the gradients are written there
+        and ``out`` is returned, the same numbers. A loop that takes a gradient per step (pFedMe, Per-FedAvg)
+        passes one set of buffers: a fresh N x P gradient is fresh memory from the OS each time (above
+        malloc's mmap threshold), and faulting its pages in took 110 of a CNN
+        gradient's 530 ms (perm_fig2's paper CNN, 50 clients, 1 thread, benchmarks/results/grad_buffers.md)."""
+        if out is None:
+            return self._grad(params, x, y, None)
+        grads, losses = self._grad(params, x, y, out)
+        for k, g in grads.items():
+            if g is not out[k]:
+                out[k].copy_(g)
+        return out, losses
+
+    def _grad(self, params: Params, x: Tensor, y: Tensor, out: Params | None) -> tuple[Params, Tensor]:
         if self._use_stacked(params):
             return self.stacked.grad(params, x, y)
         net = self._fast_net(params)
         if net is not None and net.conv_steps is not None:
-            return net.conv_steps.grad(params, x, y, self.conv_layout)
+            return net.conv_steps.grad(params, x, y, self.conv_layout, out)
         return self._batched_grad(params, x, y)
 
     def train_grad(self, params: Params, x: Tensor, y: Tensor, seeds: Tensor) -> tuple[Params, Tensor]:
