@@ -121,8 +121,8 @@ class FunctionalModel:
         ``out`` (tensors shaped as ``params``, e.g. ``empty_like`` of them): the gradients are written there
         and ``out`` is returned, the same numbers. A loop that takes a gradient per step (pFedMe, Per-FedAvg)
         passes one set of buffers: a fresh N x P gradient is fresh memory from the OS each time (above
-        malloc's mmap threshold), and faulting its pages in took 110 of a CNN
-        gradient's 530 ms (perm_fig2's paper CNN, 50 clients, 1 thread, benchmarks/results/grad_buffers.md)."""
+        malloc's mmap threshold), and faulting its pages in took about 110 of a CNN gradient's 546 ms
+        (perm_fig2's paper CNN, 50 clients, 1 thread: benchmarks/results/grad_buffers.md)."""
         if out is None:
             return self._grad(params, x, y, None)
         grads, losses = self._grad(params, x, y, out)
