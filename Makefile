@@ -59,10 +59,14 @@ else
 	$(PY) -m pflkit reproduce --profile $(PROFILE)
 endif
 
-# the canary of a profile (pflkit.canary): `make canary` (paper), `make canary PROFILE=smoke CANARY=--short`
+# the canary of a profile (pflkit.canary): `make canary` (paper), `make canary PROFILE=smoke CANARY=--short`.
+# On every core unless OMP_NUM_THREADS says otherwise (a stage's `threads: auto` is 1 without it): it runs alone,
+# the paper profile's large batched ops use a second core (a paper-CNN gradient: 437 ms on 1 thread, 247 ms on
+# 2, benchmarks/results/grad_buffers.md), and the estimate it prints is then this machine's, not one core's
 CANARY ?=
 canary: setup data
-	$(PY) -m pflkit reproduce --profile $(if $(filter default,$(PROFILE)),paper,$(PROFILE)) --canary $(CANARY)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$($(PY) -c 'import os; print(os.cpu_count())')} \
+	  $(PY) -m pflkit reproduce --profile $(if $(filter default,$(PROFILE)),paper,$(PROFILE)) --canary $(CANARY)
 
 # lint first (ruff, configured in pyproject.toml); then, on both cores at once: the notebooks (nbval executes
 # each one with its smoke defaults, writing build/smoke/<stage>/, which tests/regression then compares with

@@ -38,7 +38,7 @@ import yaml
 
 from . import stages as table
 from .config import (DEFAULT_PROFILE, PROFILES_KEY, RUNNER_KEYS, ConfigError, load_params, profile_names,
-                     stage_values)
+                     resolve_threads, stage_values)
 from .notebooks import RUNTIMES_LOG
 from .paths import project_root
 from .reproduce import chosen_stages, validate_stages
@@ -65,8 +65,11 @@ GRID_KEYS = ("gammas", "etas", "alphas", "eta_grid", "zetas", "n_values", "L_val
 #: test_canary.py; the other stages' estimates count data and models only, temporaries come on top)
 MEMORY_FACTOR = 3.0
 #: ... and at least this much room above the baseline: a dataset the estimate leaves out (Fashion-MNIST as float32:
-#: ~190 MiB), frames and figures (perm_hetero peaked 258 MiB above the baseline here, a plot stage ~20 MiB)
-MEMORY_FLOOR = 512 * 2**20
+#: ~190 MiB), frames and figures, temporaries. perm_hetero's paper cut (31 rounds: its warm-up and first alpha
+#: update) peaked 440-488 MiB above the baseline in the full canary (1 round: 275 MiB), and its whole 60 rounds
+#: 504 MiB (2-core Intel Xeon, 2 threads, 2026-11-29), within 24 MiB of the 512 MiB this floor was; a plot stage
+#: ~20 MiB
+MEMORY_FLOOR = 768 * 2**20
 #: what a stage's kernel imports: the baseline process of :func:`measure_baseline`
 BASELINE_IMPORTS = ("torch", "numpy", "pandas", "matplotlib.pyplot", "seaborn", "ipykernel", "papermill",
                     "pflkit.notebooks", "pflkit.runner", "pflkit.experiments.perm", "pflkit.experiments.charles_nn")
@@ -368,9 +371,11 @@ def run_canary(profile: str, stages: list[str] | None = None, params_file: str =
     baseline = measure_baseline()
     logs = out / "logs"
     logs.mkdir(exist_ok=True)
+    threads = resolve_threads()
     print(f"canary of profile {profile}: {len(chosen)} stages, outputs under {out.relative_to(root)}/ "
           f"(baseline process {baseline / 2**20:.0f} MiB; memory budget = baseline + max({memory_factor:g} x the "
-          f"stage's estimate, {MEMORY_FLOOR / 2**20:.0f} MiB))", file=sys.stderr, flush=True)
+          f"stage's estimate, {MEMORY_FLOOR / 2**20:.0f} MiB); {threads} torch thread(s) per stage "
+          "(`threads: auto`: OMP_NUM_THREADS, else 1)", file=sys.stderr, flush=True)
     runs: list[StageRun] = []
     failed: set[str] = set()
     table_path = out / "canary.csv"
@@ -411,8 +416,13 @@ def run_canary(profile: str, stages: list[str] | None = None, params_file: str =
             writer.writerow(run.row())
             f.flush()
     _drop_canary_runtimes(root)
-    print(format_table(runs, time.monotonic() - start, profile))
-    print(f"table: {table_path.relative_to(root)}; logs: {logs.relative_to(root)}/")
+    rows = [r.row() for r in runs]
+    wall = time.monotonic() - start
+    print(format_table(rows, wall, profile, threads))
+    md = out / "canary.md"
+    md.write_text(report(rows, wall, profile, threads, command_line(profile, stages, rounds, short, max_clients,
+                                                                           params_file)))
+    print(f"table: {table_path.relative_to(root)}, {md.relative_to(root)}; logs: {logs.relative_to(root)}/")
     bad = [r for r in runs if r.status != "ok"]
     if bad:
         print(f"canary of profile {profile}: {len(bad)} of {len(runs)} stages failed:", file=sys.stderr)
@@ -430,18 +440,48 @@ def _upstream(name: str) -> list[str]:
             if s.name != name and any(dep.startswith(s.models_dir) for dep in stage.extra_deps)]
 
 
-def format_table(runs: list[StageRun], wall: float, profile: str) -> str:
-    """The canary's table (markdown): one row per stage, then the total and the whole-profile estimate."""
+def format_table(rows: list[dict], wall: float, profile: str, threads: int | None = None) -> str:
+    """The canary's table (markdown) from its rows (``StageRun.row()``, or canary.csv read back): one row per
+    stage, then the wall time and the whole-profile estimate (at ``threads`` torch threads, when given)."""
     cols = [c for c in COLUMNS if c != "diverged_cells"]
     head = ("stage", "status", "rounds run/full", "settings run/full", "s", "s/round", "peak MiB", "budget MiB",
             f"{profile} estimate s", "note")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in runs:
-        row = r.row()
+    for row in rows:
         lines.append("| " + " | ".join(str(row[c]) for c in cols) + " |")
-    total = sum(profile_estimate(r.seconds, r.cut) for r in runs if r.status == "ok")
-    missing = [r.stage for r in runs if r.status != "ok"]
-    lines.append(f"\ncanary wall time {wall:.0f} s ({wall / 60:.1f} min); whole profile {profile} on this machine: "
+    total = sum(float(r["profile_estimate_s"]) for r in rows if r["status"] == "ok")
+    missing = [r["stage"] for r in rows if r["status"] != "ok"]
+    on = "this machine" + (f" at {threads} torch thread{'s' if threads != 1 else ''}" if threads else "")
+    lines.append(f"\ncanary wall time {wall:.0f} s ({wall / 60:.1f} min); whole profile {profile} on {on}: "
                  f"about {total:,.0f} s ({total / 3600:.1f} h, an upper bound: setup scaled as round time)"
                  + (f", without the stages that did not pass ({', '.join(missing)})" if missing else ""))
     return "\n".join(lines)
+
+
+def report(rows: list[dict], wall: float, profile: str, threads: int, command: str) -> str:
+    """canary.md: the machine, the command and ``format_table``."""
+    import platform
+
+    import torch
+
+    from .device import cpu_model
+    return (f"Machine: {cpu_model() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; "
+            f"`{command}`, {threads} torch thread{'s' if threads != 1 else ''} per stage; finished "
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n\n{format_table(rows, wall, profile, threads)}\n")
+
+
+def command_line(profile: str, stages: list[str] | None, rounds: int | None, short: bool,
+                 max_clients: int | None, params_file: str = "params.yaml") -> str:
+    """The ``python -m pflkit reproduce`` command of a canary run with these arguments."""
+    parts = ["python -m pflkit reproduce --profile", profile, "--canary"]
+    if stages:
+        parts += ["--stages", ",".join(stages)]
+    if short:
+        parts.append("--short")
+    if rounds is not None and not (short and rounds == SHORT_ROUNDS):
+        parts += ["--canary-rounds", str(rounds)]
+    if max_clients != MAX_CLIENTS:
+        parts += ["--max-clients", str(max_clients)]
+    if params_file != "params.yaml":
+        parts += ["--params", str(params_file)]
+    return " ".join(parts)

@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from pflkit import canary
-from pflkit.config import load_params, stage_values, validate_stage
+from pflkit.config import load_params, resolve_threads, stage_values, validate_stage
 from pflkit.paths import project_root
 
 ROOT = project_root()
@@ -104,6 +104,12 @@ def test_canary_fails_naming_stage_method_round_and_setting_and_passes_with_the_
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1] == "ok" and cells[2] == "2/5"
     assert float(cells[5]) > 0  # seconds per round, measured
+    threads = resolve_threads()  # the estimate names the threads it was measured at (OMP_NUM_THREADS, else 1)
+    assert f"whole profile smoke on this machine at {threads} torch thread" in out.out
+    md = (ROOT / "build/canary/smoke/canary.md").read_text()  # the same table, with the machine and the command
+    assert md.startswith("Machine: ") and "`python -m pflkit reproduce --profile smoke --canary --stages perm_fig1 " \
+        "--canary-rounds 2 --params " in md
+    assert row in md and f"at {threads} torch thread" in md
     assert "FAILED" not in (ROOT / "build/canary/smoke/canary.csv").read_text()
 
 
