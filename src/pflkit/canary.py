@@ -19,8 +19,9 @@ It fails -- with stage, method, round and setting, from the run's own :class:`ru
 on divergence, on a stage's peak memory above its budget (:func:`memory_budget`), and on any error; it goes
 on to the other stages (a stage whose source failed is skipped), reports every failure at the end and
 exits 1. It prints, per stage, the seconds it took, seconds per round, peak memory and the whole-profile
-estimate for this machine (:func:`profile_estimate`). Everything goes under build/canary/<profile>/
-(the cut params file, results, logs, canary.csv), never results/.
+estimate for this machine (:func:`profile_estimate`) at the torch threads its stages run on. Everything goes
+under build/canary/<profile>/ (the cut params file, results, logs, canary.csv, and canary.md: the table with the
+machine, the command and the threads), never results/.
 """
 from __future__ import annotations
 
