@@ -375,7 +375,7 @@ def run_canary(profile: str, stages: list[str] | None = None, params_file: str =
     threads = resolve_threads()
     print(f"canary of profile {profile}: {len(chosen)} stages, outputs under {out.relative_to(root)}/ "
           f"(baseline process {baseline / 2**20:.0f} MiB; memory budget = baseline + max({memory_factor:g} x the "
-          f"stage's estimate, {MEMORY_FLOOR / 2**20:.0f} MiB); {threads} torch thread(s) per stage "
+          f"stage's estimate, {MEMORY_FLOOR / 2**20:.0f} MiB); {_threads(threads)} per stage "
           "(`threads: auto`: OMP_NUM_THREADS, else 1)", file=sys.stderr, flush=True)
     runs: list[StageRun] = []
     failed: set[str] = set()
@@ -441,9 +441,13 @@ def _upstream(name: str) -> list[str]:
             if s.name != name and any(dep.startswith(s.models_dir) for dep in stage.extra_deps)]
 
 
-def format_table(rows: list[dict], wall: float, profile: str, threads: int | None = None) -> str:
+def _threads(n: int) -> str:
+    return f"{n} torch thread{'s' if n != 1 else ''}"
+
+
+def format_table(rows: list[dict], wall: float, profile: str, threads: int) -> str:
     """The canary's table (markdown) from its rows (``StageRun.row()``, or canary.csv read back): one row per
-    stage, then the wall time and the whole-profile estimate (at ``threads`` torch threads, when given)."""
+    stage, then the wall time and the whole-profile estimate (at ``threads`` torch threads)."""
     cols = [c for c in COLUMNS if c != "diverged_cells"]
     head = ("stage", "status", "rounds run/full", "settings run/full", "s", "s/round", "peak MiB", "budget MiB",
             f"{profile} estimate s", "note")
@@ -452,8 +456,8 @@ def format_table(rows: list[dict], wall: float, profile: str, threads: int | Non
         lines.append("| " + " | ".join(str(row[c]) for c in cols) + " |")
     total = sum(float(r["profile_estimate_s"]) for r in rows if r["status"] == "ok")
     missing = [r["stage"] for r in rows if r["status"] != "ok"]
-    on = "this machine" + (f" at {threads} torch thread{'s' if threads != 1 else ''}" if threads else "")
-    lines.append(f"\ncanary wall time {wall:.0f} s ({wall / 60:.1f} min); whole profile {profile} on {on}: "
+    lines.append(f"\ncanary wall time {wall:.0f} s ({wall / 60:.1f} min); whole profile {profile} on this machine "
+                 f"at {_threads(threads)}: "
                  f"about {total:,.0f} s ({total / 3600:.1f} h, an upper bound: setup scaled as round time)"
                  + (f", without the stages that did not pass ({', '.join(missing)})" if missing else ""))
     return "\n".join(lines)
@@ -467,7 +471,7 @@ def report(rows: list[dict], wall: float, profile: str, threads: int, command: s
 
     from .device import cpu_model
     return (f"Machine: {cpu_model() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; "
-            f"`{command}`, {threads} torch thread{'s' if threads != 1 else ''} per stage; finished "
+            f"`{command}`, {_threads(threads)} per stage; finished "
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n\n{format_table(rows, wall, profile, threads)}\n")
 
 

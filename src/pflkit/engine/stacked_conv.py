@@ -161,9 +161,9 @@ class ConvSteps:
         riding in dz = scale (softmax - onehot)); without ``grads`` each weight takes it off in place (one SGD
         step), with ``grads`` (a dict) it is stored there -- the convolutions' by name (``_backward_``), the
         tail's Linears by position, (weight gradient [N, out, in], bias gradient [N, out]) -- and no weight
-        changes. A ``grads`` entry present on entry is where that layer's gradients go (``grad``'s ``out``:
-        the caller's buffers, written in place). ``tail``: (weight [N, out, in], bias [N, 1, out], ReLU on
-        its input) per Linear."""
+        changes. A tail entry present on entry is where that Linear's gradients go (``grad``'s ``out``: the
+        caller's buffers, written in place). ``tail``: (weight [N, out, in], bias [N, 1, out], ReLU on its
+        input) per Linear."""
         n, b = x.shape[:2]
         if layout == "loop":
             saved = [[] for _ in range(n)]
@@ -207,19 +207,14 @@ class ConvSteps:
                 self._backward_(blocks[i], g[i], 1, saved[i], per_model[i])
             if grads is not None:
                 for name in per_model[0]:
-                    dest = grads.get(name, (None, None))
-                    grads[name] = tuple(torch.stack(parts, out=buf) for parts, buf
-                                        in zip(zip(*(m[name] for m in per_model)), dest))
+                    grads[name] = tuple(torch.stack(parts) for parts in zip(*(m[name] for m in per_model)))
         else:
             g = dz.transpose(0, 1).reshape(b, n * shape[0], *shape[1:])
-            dests = {name: grads.pop(name) for name in blocks[0] if name in grads} if grads is not None else {}
             self._backward_(blocks[0], g, n, saved, grads)
             if grads is not None:
                 for name in blocks[0]:
                     gw, gb = grads[name]
                     grads[name] = (gw.view(n, -1, *gw.shape[1:]), gb.view(n, -1))
-                    if name in dests:
-                        grads[name] = tuple(buf.copy_(part) for buf, part in zip(dests[name], grads[name]))
         return losses
 
     # ---------------------------------------------------------------------------- K steps, one gradient
@@ -246,17 +241,15 @@ class ConvSteps:
         """Each model's gradient of its mean cross-entropy on its own minibatch, x [N, B, C, H, W] and
         y [N, B], and the losses [N]: ``FunctionalModel.batched_grad`` of a CNN, the same forward and
         backward as one of ``sgd_steps``' steps, with the gradients kept instead of applied. ``out``
-        (tensors shaped as ``params``): written in place and returned, so a caller that takes many
-        gradients reuses one set of buffers (see ``FunctionalModel.batched_grad``)."""
+        (tensors shaped as ``params``): the dense tail's gradients are written into its tensors (the
+        weight gradients are the N x P-sized ones: fresh memory per call otherwise); the convolutions' come
+        fresh, and ``FunctionalModel.batched_grad`` copies them into ``out``."""
         n, b = x.shape[:2]
         dtype = params[self.tail[0][0]].dtype
         grads: dict = {}
         if out is not None:
             for j, (wk, bk, _) in enumerate(self.tail):
                 grads[j] = (out[wk], out[bk])
-            for kind, name, _ in self.convs:
-                if kind == "conv":
-                    grads[name] = (out[f"{name}.weight"], out[f"{name}.bias"])
         with torch.no_grad():
             tail = [(params[wk], params[bk].unsqueeze(1), relu) for wk, bk, relu in self.tail]
             scale = torch.full((n, 1, 1), 1.0 / b, dtype=dtype, device=x.device)
