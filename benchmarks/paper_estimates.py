@@ -9,9 +9,10 @@ How each kind of stage is estimated (the .md repeats it per stage):
 * PERM curve stages (perm_fig2, perm_fig4): on seed 0's federation, after one untimed round, per method,
   the wall time of one round (``algorithm.round`` after ``init``) and of one evaluation (personalized
   models + ``evaluate``); estimate = seeds x sum over methods of (rounds x round + (rounds / eval_every
-  + 1) x evaluation). A PERM variant is timed on a round that also estimates alpha, takes the global
-  step and updates alpha (warm-up 0, update every round): an upper bound, the stage does those every
-  ``update_every`` rounds and its warm-up rounds are cheaper FedAvg rounds.
+  + 1) x evaluation), less one round per evaluation before the last for pFedMe (whose next round reuses the
+  evaluation's local rounds: ``PFedMe.reuses_evaluation``). A PERM variant is timed on a round that also
+  estimates alpha, takes the global step and updates alpha (warm-up 0, update every round): an upper bound,
+  the stage does those every ``update_every`` rounds and its warm-up rounds are cheaper FedAvg rounds.
 * Charles et al. grids (charles_fig12, charles_fig13, charles_fig6): per task, ``run_grid`` over one chunk of
   the stage's settings batched as the stage batches them (``settings_chunk``; all settings when unset), timed
   for 1 and for 3 rounds after one untimed round (without it, on an H200 on 2026-11-27, the first call's
@@ -98,8 +99,12 @@ def estimate_curves(cfg, device, skip: tuple[str, ...] = ()) -> dict:
         _, eval_s = timed(lambda: evaluate(model, algo.personalized(state), data))  # noqa: B023
         if key == "localized_fedavg":
             fedavg_round = round_s
-        seconds = cfg.rounds * round_s + evals * eval_s
+        # pFedMe: the round after an evaluation reuses its local rounds (every evaluation but the last one's)
+        reused = evals - 1 if getattr(algo, "reuses_evaluation", lambda n: False)(data.num_clients) else 0
+        seconds = (cfg.rounds - reused) * round_s + evals * eval_s
         row = {"round_s": round(round_s, 3), "eval_s": round(eval_s, 3)}
+        if reused:
+            row["rounds_reused"] = reused
         if key in ("perm", "perm_alpha"):
             p = getattr(cfg, key)
             warmup = p.warmup_rounds
@@ -121,7 +126,9 @@ def estimate_curves(cfg, device, skip: tuple[str, ...] = ()) -> dict:
                     f"rounds, {evals} evaluations, {len(cfg.seeds)} seeds, {len(timed_methods)} methods"
                     + (f" (NOT {', '.join(skip)}: see the note)" if skip else "") + "; PERM: "
                     "warm-up rounds at localized FedAvg's round time, plus the timed alpha computation and global "
-                    "step at each update")}
+                    "step at each update"
+                    + ("; pFedMe: the rounds after its evaluations reuse their local rounds"
+                       if any(r.get("rounds_reused") for r in per_method.values()) else ""))}
 
 
 def grid_settings(stage: str, cfg) -> int:

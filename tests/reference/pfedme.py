@@ -43,8 +43,12 @@ def pfedme(factory, w0: dict, data: FederatedDataset, rounds: int, local_steps: 
 
 
 def personalize(factory, w: dict, data: FederatedDataset, local_steps: int, lr: float, personal_lr: float,
-                lam: float, inner_steps: int, batch_size: int, generator: torch.Generator) -> list[dict]:
-    """Each client's theta after one local round from w (draws from ``generator``)."""
+                lam: float, inner_steps: int, batch_size: int, generator: torch.Generator,
+                clients_per_round: int | None = None) -> list[dict]:
+    """Each client's theta after one local round from w, every client drawing what it would draw in the
+    next round of :func:`pfedme` (``generator``: the run's generator as that round finds it; the
+    participants are drawn first, as the round does, then every client's minibatches)."""
     n = data.num_clients
+    participants(n, clients_per_round, generator)
     idx = data.sample_indices(torch.arange(n).unsqueeze(0).expand(local_steps, n), batch_size, generator)
     return [local_round(factory, w, data, idx[:, j], lr, personal_lr, lam, inner_steps)[1] for j in range(n)]

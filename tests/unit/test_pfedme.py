@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from pflkit.algorithms.base import eval_generator
 from pflkit.algorithms.pfedme import PFedMe
+from pflkit.data.draws import ClientDraws
 from pflkit.data import perm_synthetic
 from pflkit.engine import FunctionalModel
 from pflkit.engine.params import broadcast
@@ -42,7 +42,8 @@ def test_pfedme_equals_reference(mixed, arch, beta, per_round, weighting):
     _close(s.w, want)
     assert max(float((s.w[k] - w0[k]).abs().max()) for k in w0) > 1e-2  # training moved the model
     personal = algo.personalized(s)
-    want_p = ref.personalize(factory, s.w, mixed, generator=eval_generator(s), **HP)
+    want_p = ref.personalize(factory, s.w, mixed, generator=_clone(s.generator), clients_per_round=per_round,
+                             **HP)
     for j in range(mixed.num_clients):
         _close({k: v[j] for k, v in personal.items()}, want_p[j])
 
@@ -107,8 +108,10 @@ def test_personalization_beats_the_global_model():
     assert min(gains) > 0.12, gains
 
 
-def test_same_seed_same_states_and_evaluation_leaves_training_alone(mixed):
-    algo = PFedMe(FunctionalModel(FACTORIES["mlp"]), beta=2.0, clients_per_round=3, **HP)
+@pytest.mark.parametrize("per_round", [3, None])
+def test_same_seed_same_states_and_evaluation_leaves_training_alone(mixed, per_round):
+    """Bit for bit; with every client taking part (None) the rounds after an evaluation reuse its local rounds."""
+    algo = PFedMe(FunctionalModel(FACTORIES["mlp"]), beta=2.0, clients_per_round=per_round, **HP)
     a, b = algo.init(mixed, 7), algo.init(mixed, 7)
     a = algo.round(a)
     _close(algo.personalized(a), algo.personalized(a), tol=0)
@@ -134,3 +137,40 @@ def test_same_seed_same_states_and_evaluation_leaves_training_alone(mixed):
 def test_bad_hyperparameters_are_rejected(kwargs, match):
     with pytest.raises(ValueError, match=match):
         PFedMe(FunctionalModel(FACTORIES["logistic"]), **{**HP, **kwargs})
+
+
+@pytest.mark.parametrize("arch", ["logistic", "mlp"])
+def test_evaluation_and_the_next_round_run_one_local_round(mixed, arch, monkeypatch):
+    """The personalized models are the thetas of the next round's local round (from the current global model,
+    with that round's draws); the round reuses the evaluation's instead of running it again: the same numbers
+    as computing it again (bit for bit: a second, fresh instance computes everything), and with an
+    evaluation after every round the run takes rounds + 1 local rounds, not 2 x rounds + 1."""
+    factory = FACTORIES[arch]
+    runs = []
+    original = PFedMe._local_round
+    monkeypatch.setattr(PFedMe, "_local_round", lambda self, *a: runs.append(1) or original(self, *a))
+    algo = PFedMe(FunctionalModel(factory), beta=2.0, **HP)
+    s = algo.init(mixed, seed=5)
+    personal = [algo.personalized(s)]
+    for _ in range(3):
+        s = algo.round(s)
+        personal.append(algo.personalized(s))
+    assert len(runs) == 3 + 1
+    fresh = PFedMe(FunctionalModel(factory), beta=2.0, **HP)  # never evaluated: every round computes its own
+    t = fresh.init(mixed, seed=5)
+    for r in range(3):  # every client takes part: the round draws its pass key and nothing before it
+        draws = ClientDraws.drawn_from(_clone(t.generator))
+        _, theta = PFedMe(FunctionalModel(factory), beta=2.0, **HP).client_updates(
+            t.w, mixed, torch.arange(mixed.num_clients), draws)
+        _close(personal[r], theta, tol=0)
+        t = fresh.round(t)
+    _close(s.w, t.w, tol=0)
+    # 3 of the 5 clients a round: the evaluation's local rounds (all 5 clients) are not the round's, nothing is kept
+    runs.clear()
+    algo = PFedMe(FunctionalModel(factory), beta=2.0, clients_per_round=3, **HP)
+    s = algo.init(mixed, seed=5)
+    algo.personalized(s)
+    for _ in range(3):
+        s = algo.round(s)
+        algo.personalized(s)
+    assert len(runs) == 2 * 3 + 1 and algo._kept._entry is None

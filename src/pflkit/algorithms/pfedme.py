@@ -20,25 +20,33 @@ theta left by step r-1 (from w at the start of the round). The server mixes (eq.
     w <- (1 - beta) w + beta mean_i w_local_i   (uniform, or weighted by n_i; beta = 1 is plain
                                                  averaging, the official code's tuned value is 2).
 
-Personalized model (what pFedMe is scored on): the theta a client holds at the end of a full local
-round (R x K steps as above) started from the *current* global model on its training data, with all
-draws from ``eval_generator`` -- i.e. the official code's "personalized model" (the theta each client
-holds after its local round), recomputed after the round so that evaluation is deterministic and
-never changes training. It is computed for every client, participating or not.
+Personalized model (what pFedMe is scored on), as in the official code (``evaluate_personalized_model``
+after every client's ``train``): the theta each client holds at the end of its local round (R x K steps as
+above) started from the *current* global model -- the local round the next round runs, with that round's
+own draws. The pass draws from a copy of the run's generator what the next round will draw from the
+generator itself (the participants, then the pass's key), so evaluating never changes training, and the
+next round reuses the models the evaluation computed instead of running the same local round again
+(:meth:`PFedMe.client_updates`; before, an evaluation ran its own local round with draws from
+``eval_generator``, the cost of a whole extra round). It is computed for every client, participating or
+not (the official code trains every client every round); the reuse applies when every client takes part
+in the next round (``clients_per_round`` None, the papers' setting), otherwise that round computes its
+participants' local rounds itself, from the same per-client draws.
 
 Randomness per round, in this order, from the state's generator: the participants (as FedAvg), then
-one ``sample_indices`` call of shape [R, M, B].
+the client pass's key (``ClientDraws``: client c's minibatch rows come from its own stream of that key).
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 import torch
 from torch import Tensor
 
+from ..data.draws import ClientDraws
 from ..data.federated import FederatedDataset
 from ..engine.functional import FunctionalModel
 from ..engine.params import Params, broadcast
 from ..checks import check_positive
-from .base import eval_generator
 from .fedavg import FedAvg, FedAvgState
 from .round import Pass
 from .server_opt import ServerOpt
@@ -69,10 +77,25 @@ class PFedMe(FedAvg):
         self.personal_lr = check_positive("personal_lr", personal_lr)
         self.lam = check_positive("lam", lam)
         self.inner_steps = check_positive("inner_steps", inner_steps, integer=True)
+        self._kept = KeptRound()  # the evaluation's local round, for the next round (``client_updates``)
 
-    def client_updates(self, w: Params, data: FederatedDataset, clients: Tensor,
-                       generator: torch.Generator) -> tuple[Params, Params]:
-        """One pFedMe local round from w on every listed client at once -> (w_local, theta), [M, ..]."""
+    def client_updates(self, w: Params, data: FederatedDataset, clients: Tensor, draws: ClientDraws,
+                       keep: bool = False) -> tuple[Params, Params]:
+        """One pFedMe local round from w on every listed client at once -> (w_local, theta), [M, ..].
+
+        ``keep``: hold the result for one later call with the same inputs (the same ``w`` tensors, unchanged,
+        the same data, clients and pass key), which returns it instead of computing it again: the
+        evaluation's local round (``personal_models``) is the next round's (``local_models``)."""
+        kept = self._kept.take(w, data, clients, draws)
+        if kept is not None:
+            return kept
+        out = self._local_round(w, data, clients, draws)
+        if keep:
+            self._kept.put(w, data, clients, draws, out)
+        return out
+
+    def _local_round(self, w: Params, data: FederatedDataset, clients: Tensor,
+                     generator: ClientDraws) -> tuple[Params, Params]:
         m, lam = len(clients), self.lam
         idx = data.sample_indices(self.batch_schedule(clients), self.batch_size, generator)  # [R, M, B]
         local, theta = broadcast(w, m), broadcast(w, m)  # our own copies: updated in place below
@@ -93,16 +116,50 @@ class PFedMe(FedAvg):
                     p.sub_(torch.sub(p, theta[k], out=tmp[k]).mul_(self.lr * lam))
         return local, theta
 
+    def reuses_evaluation(self, num_clients: int) -> bool:
+        """Whether the round after an evaluation reuses its local rounds (every client takes part), so that
+        a run evaluating E times before its last round computes E fewer rounds' client steps."""
+        return self.clients_per_round is None or self.clients_per_round >= num_clients
+
     # -- the one round (``FederatedRound``) with pFedMe's client step; the server mixing is ServerOpt gd at lr beta
     def local_models(self, w: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
         local, _ = self.client_updates(w, data, clients, generator)
         return local
 
     def personal_models(self, w: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
-        _, theta = self.client_updates(w, data, clients, generator)
+        _, theta = self.client_updates(w, data, clients, generator, keep=self.reuses_evaluation(data.num_clients))
         return theta
 
     def personalize_pass(self, s: FedAvgState) -> Pass:
+        """Every client's local round from the current global model, with the draws the next round makes:
+        the participants, then the key, drawn from a copy of the run's generator (which stays untouched)."""
+        peek = torch.Generator().set_state(s.generator.get_state())
+        self.participants(replace(s, generator=peek))
         clients = torch.arange(s.data.num_clients)
-        return Pass("personal_models", clients, s.w, eval_generator(s), self.batch_schedule(clients),
+        return Pass("personal_models", clients, s.w, ClientDraws.drawn_from(peek), self.batch_schedule(clients),
                     self.batch_size, shared=True)
+
+
+class KeptRound:
+    """One local round's result held for the next call only, if it has the same inputs (``PFedMe.client_updates``).
+    A hit needs the very ``w`` tensors, unmodified since (their version counters), the same dataset object,
+    clients and pass key; anything else (another round, a resumed run, a model that came over the wire)
+    misses and computes, with the same numbers."""
+
+    def __init__(self):
+        self._entry = None
+
+    def put(self, w: Params, data, clients: Tensor, draws: ClientDraws, out) -> None:
+        self._entry = (dict(w), {k: t._version for k, t in w.items()}, data, clients.clone(), draws.key, out)
+
+    def take(self, w: Params, data, clients: Tensor, draws: ClientDraws):
+        """The held result if it was made from these inputs, else None; either way it is no longer held."""
+        entry, self._entry = self._entry, None
+        if entry is None:
+            return None
+        held, versions, held_data, held_clients, key, out = entry
+        if (key != draws.key or held_data is not data or held.keys() != w.keys()
+                or any(held[k] is not t or t._version != versions[k] for k, t in w.items())
+                or not torch.equal(held_clients, clients)):
+            return None
+        return out
