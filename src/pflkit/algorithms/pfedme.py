@@ -83,8 +83,8 @@ class PFedMe(FedAvg):
                        keep: bool = False) -> tuple[Params, Params]:
         """One pFedMe local round from w on every listed client at once -> (w_local, theta), [M, ..].
 
-        ``keep``: hold the result for one later call with the same inputs (the same ``w`` tensors, unchanged,
-        the same data, clients and pass key), which returns it instead of computing it again: the
+        ``keep``: hold the result for the next call, which returns it instead of computing it again if it has
+        the same inputs (the same ``w`` tensors, unchanged, the same data, clients and pass key): the
         evaluation's local round (``personal_models``) is the next round's (``local_models``)."""
         kept = self._kept.take(w, data, clients, draws)
         if kept is not None:
