@@ -48,7 +48,7 @@ from ..engine.functional import FunctionalModel
 from ..engine.params import Params, broadcast
 from ..checks import check_positive
 from .fedavg import FedAvg, FedAvgState
-from .round import Pass
+from .round import Pass, takes_every_client
 from .server_opt import ServerOpt
 
 
@@ -119,7 +119,7 @@ class PFedMe(FedAvg):
     def reuses_evaluation(self, num_clients: int) -> bool:
         """Whether the round after an evaluation reuses its local rounds (every client takes part), so that
         a run evaluating E times before its last round computes E fewer rounds' client steps."""
-        return self.clients_per_round is None or self.clients_per_round >= num_clients
+        return takes_every_client(num_clients, self.clients_per_round)
 
     # -- the one round (``FederatedRound``) with pFedMe's client step; the server mixing is ServerOpt gd at lr beta
     def local_models(self, w: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
@@ -131,13 +131,12 @@ class PFedMe(FedAvg):
         return theta
 
     def personalize_pass(self, s: FedAvgState) -> Pass:
-        """Every client's local round from the current global model, with the draws the next round makes:
-        the participants, then the key, drawn from a copy of the run's generator (which stays untouched)."""
-        peek = torch.Generator().set_state(s.generator.get_state())
-        self.participants(replace(s, generator=peek))
+        """Every client's local round from the current global model, with the draws the next round makes: that
+        round's own participants and client pass, made on a copy of the run's generator (which stays untouched)."""
+        ahead = replace(s, generator=torch.Generator().set_state(s.generator.get_state()))
+        draws = self.client_pass(ahead, self.participants(ahead)).draws
         clients = torch.arange(s.data.num_clients)
-        return Pass("personal_models", clients, s.w, ClientDraws.drawn_from(peek), self.batch_schedule(clients),
-                    self.batch_size, shared=True)
+        return Pass("personal_models", clients, s.w, draws, self.batch_schedule(clients), self.batch_size, shared=True)
 
 
 class KeptRound:

@@ -32,10 +32,15 @@ from ..engine.params import Params, apply_masks, broadcast, mean
 WEIGHTINGS = ("uniform", "samples")
 
 
+def takes_every_client(num_clients: int, clients_per_round: int | None) -> bool:
+    """Whether every client takes part in each round (``clients_per_round`` None or >= the number of clients)."""
+    return clients_per_round is None or clients_per_round >= num_clients
+
+
 def sample_clients(num_clients: int, clients_per_round: int | None, generator: torch.Generator) -> Tensor:
     """The round's participants: ``clients_per_round`` clients drawn without replacement, sorted
-    (all of them, and no draw, when it is None or >= the number of clients)."""
-    if clients_per_round is None or clients_per_round >= num_clients:
+    (all of them, and no draw, when every client takes part: ``takes_every_client``)."""
+    if takes_every_client(num_clients, clients_per_round):
         return torch.arange(num_clients)
     return torch.randperm(num_clients, generator=generator)[:clients_per_round].sort().values
 
