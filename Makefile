@@ -3,13 +3,15 @@
 #                    (PROFILE=paper: every stage at the papers' settings, under build/paper/: the DVC pipeline
 #                    pipelines/paper/dvc.yaml, cached and pushed/pulled per stage like the default's)
 #   make test        set up .venv if missing, lint (ruff check), run every notebook (nbval), the
-#                    smoke-result regression, unit and integration tests, on both cores (Flower's tests skip
-#                    unless the extra is installed: `make flower`, which `make reproduce` and CI run)
+#                    smoke-result regression, unit and integration tests, on both cores (Flower's and the
+#                    browser's tests skip unless the extras are installed: `make flower`, Chromium)
+#   make test-extras the tests that skip without the extras (after `make flower`; CI runs it after make test)
 #   make test-fast   lint and the fast unit tests (the inner loop, under 2 minutes)
 #   make test-flower the Flower engines end to end (CI runs it after make test)
 #   make canary      every stage of PROFILE (default paper) cut short: fails on divergence, memory above budget or
 #                    any error, prints s/round and a whole-profile estimate (build/canary/<profile>/);
-#                    CANARY="--short" for the few-minute form CI runs
+#                    CANARY="--short" for the few-minute form CI runs (one round, at most 10 clients per
+#                    PERM image federation)
 # Torch threads follow OMP_NUM_THREADS (params.yaml `threads: auto`): OMP_NUM_THREADS=2 make test.
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -22,7 +24,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 NBVAL := --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: canary reproduce test test-fast test-flower lint test-notebooks check-lock setup flower kernel data notebooks bench validate clean
+.PHONY: canary reproduce test test-fast test-extras test-flower lint test-notebooks check-lock setup flower kernel data notebooks bench validate clean
 
 # torch==2.13.0 first: the CPU build this workplace serves locally (a bare `torch` pulls CUDA wheels)
 $(STAMP): pyproject.toml
@@ -82,6 +84,13 @@ test: setup data lint
 	rc=$$?; \
 	wait $$nb; nbrc=$$?; echo "--- notebooks and the smoke-result regression (build/test-notebooks.log):"; \
 	cat build/test-notebooks.log; test $$rc -eq 0 -a $$nbrc -eq 0
+
+# the tests that skip in `make test` without the extras: Flower's and Ray's unit tests (after `make flower`) and
+# the browser's (Debian's chromium; PFLKIT_REQUIRE_BROWSER=1 makes a missing browser fail instead of skip)
+EXTRA_TESTS := $(sort $(wildcard tests/unit/test_flower_*.py)) tests/unit/test_ray_start.py \
+	tests/unit/test_claims_page.py tests/unit/test_dvc_plots.py
+test-extras: setup
+	$(PY) -m pytest $(EXTRA_TESTS) -n 2 --dist loadgroup -q
 
 # the Flower engines end to end (they skip without the extra `make flower`): deployments with TLS and node
 # authentication, a dying client, the simulation engine, a killed stage runner leaving no process

@@ -12,8 +12,9 @@ values cut by :func:`cut_values`:
   learning rate, momentum, ...: ``GRID_KEYS``);
 * what does not change a run's step sizes or its model: ``clients_per_round`` of the grid tasks (at most
   ``GRID_CLIENTS``), the evaluation sample (``eval_samples``), the Flower engines (the first one only); the
-  number of clients of a PERM image federation only when asked (``max_clients``: cut to 10, perm_fig2's
-  divergence at 50 clients did not show). Never the model, the learning rates, K or the batch size.
+  number of clients of a PERM image federation only when asked or in the short form (``max_clients``, the
+  short form's ``SHORT_MAX_CLIENTS`` = 10; cut to 10, perm_fig2's divergence at 50 clients did not show). Never
+  the model, the learning rates, K or the batch size. Each stage's progress lines reach the terminal as they come.
 
 It fails -- with stage, method, round and setting, from the run's own :class:`runner.DivergenceError` --
 on divergence, on a stage's peak memory above its budget (:func:`memory_budget`), and on any error; it goes
@@ -52,8 +53,10 @@ GRID_ROUNDS = 3
 SHORT_ROUNDS = 1
 #: at most this many clients in a PERM image federation (None: the profile's own). Not cut by default: perm_fig2
 #: (paper) cut to 10 clients ran 25 rounds of Localized FedAvg at lr 0.3 without diverging, while with its 50
-#: clients it diverges at round 10 (measured on this CPU): the federation's size is not neutral for divergence
+#: clients it diverges at round 10: the federation's size is not neutral for divergence
 MAX_CLIENTS: int | None = None
+#: the short form's cut (one round cannot show a divergence anyway): what keeps it to minutes
+SHORT_MAX_CLIENTS = 10
 #: at most this many clients per round of a grid task (the paper's M = 10 makes a ResNet-18 round minutes here)
 GRID_CLIENTS = 2
 #: at most this many pooled examples per evaluation of a grid task (the default profile's value)
@@ -311,9 +314,25 @@ def _run_one(stage, params_rel: str, target: str, log: Path) -> tuple[int, float
     cmd = [sys.executable, "-m", "pflkit", "stage", stage.name, stage.ipynb, "--params", params_rel,
            "--profile", target]
     start = time.monotonic()
-    with log.open("w") as out:
-        code, peak = _run_to_end(cmd, cwd=project_root(), stdout=out, stderr=subprocess.STDOUT)  # peak: the kernel
+    code, peak = run_logged(cmd, log, echo=f"[{stage.name} ")
     return code, time.monotonic() - start, peak, log.read_text(errors="replace")
+
+
+def run_logged(cmd: list[str], log: Path, echo: str) -> tuple[int, int]:
+    """Run ``cmd`` to its end with its stdout and stderr written to ``log``, echoing to stderr (indented, as they
+    come) the lines that start with ``echo`` (a stage's progress lines, ``[<stage> <elapsed>s] ...``): (exit
+    code, peak RSS in bytes of the largest process of its tree)."""
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, cwd=project_root(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, errors="replace")
+        for line in proc.stdout:
+            out.write(line)
+            if line.startswith(echo):
+                print("    " + line, end="", file=sys.stderr, flush=True)
+        proc.stdout.close()
+        _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
+    return proc.returncode, usage.ru_maxrss * 1024
 
 
 def _diverged_cells(root: Path, target: str, stage: str) -> int:
@@ -359,6 +378,7 @@ def run_canary(profile: str, stages: list[str] | None = None, params_file: str =
         raise ConfigError(f"canary-rounds: must be an integer >= 1, got {rounds}")
     if short:
         rounds = SHORT_ROUNDS if rounds is None else rounds
+        max_clients = SHORT_MAX_CLIENTS if max_clients is None else max_clients
         chosen = [n for n in chosen if not table.get(n).is_plot]
     target = canary_profile(profile)
     out = root / OUT / profile
@@ -485,7 +505,7 @@ def command_line(profile: str, stages: list[str] | None, rounds: int | None, sho
         parts.append("--short")
     if rounds is not None and not (short and rounds == SHORT_ROUNDS):
         parts += ["--canary-rounds", str(rounds)]
-    if max_clients != MAX_CLIENTS:
+    if max_clients != (SHORT_MAX_CLIENTS if short else MAX_CLIENTS):
         parts += ["--max-clients", str(max_clients)]
     if params_file != "params.yaml":
         parts += ["--params", str(params_file)]

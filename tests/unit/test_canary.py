@@ -1,4 +1,5 @@
 """The canary (pflkit.canary): how it cuts a profile's configs, and its verdicts on real stage runs."""
+import sys
 from pathlib import Path
 
 import pytest
@@ -253,3 +254,20 @@ def test_perm_fig3_estimate_counts_the_full_batch_pass(params, substitutes_load)
     estimate = validate_stage(params, "perm_fig3", "paper").memory_estimate()[0]
     assert 0.8 <= estimate / 2**20 / 598 <= 1.4, estimate / 2**20
     assert canary.memory_budget(estimate, 347 * 2**20) > 1.5 * 945 * 2**20
+
+
+def test_the_short_form_is_ci_s_and_its_command_names_no_extra_option():
+    assert canary.command_line("paper", None, None, True, canary.SHORT_MAX_CLIENTS) == \
+        "python -m pflkit reproduce --profile paper --canary --short"
+    assert canary.command_line("paper", None, None, True, 20).endswith("--short --max-clients 20")
+    assert canary.command_line("paper", None, None, False, None) == "python -m pflkit reproduce --profile paper --canary"
+
+
+def test_a_stage_s_progress_lines_reach_the_terminal_and_everything_reaches_the_log(tmp_path, capsys):
+    code = ("import sys; print('[perm_fig1 0.1s] round 1/3', flush=True); print('papermill noise', flush=True); "
+            "print('[perm_fig1 0.2s] round 2/3', file=sys.stderr, flush=True); sys.exit(3)")
+    log = tmp_path / "stage.log"
+    rc, peak = canary.run_logged([sys.executable, "-c", code], log, echo="[perm_fig1 ")
+    assert rc == 3 and peak > 0
+    assert capsys.readouterr().err == "    [perm_fig1 0.1s] round 1/3\n    [perm_fig1 0.2s] round 2/3\n"
+    assert log.read_text() == "[perm_fig1 0.1s] round 1/3\npapermill noise\n[perm_fig1 0.2s] round 2/3\n"

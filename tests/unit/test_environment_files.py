@@ -29,3 +29,17 @@ def test_flower_is_an_extra_not_a_core_dependency():
     names = lambda specs: {_norm(s)[0].split("[")[0] for s in specs}  # noqa: E731
     assert "flwr" not in names(project["dependencies"]) | names(project["optional-dependencies"]["dev"])
     assert names(project["optional-dependencies"]["flower"]) == {"flwr"}
+
+
+def test_ci_runs_the_readme_test_command_first_with_nothing_installed():
+    """.ci/run's first command is README's test command as a new user types it (threads pinned): no extra (make
+    flower, Chromium) is installed and no variable that changes a test's verdict is set before it."""
+    readme = (ROOT / "README.md").read_text()
+    command = re.search(r"^make test\b", readme, re.M)
+    assert command, "README shows no `make test` command"
+    lines = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()]
+    commands = [ln for ln in lines if ln and not ln.startswith("#") and not ln.startswith(("set ", "cd "))]
+    assert commands[0] == "OMP_NUM_THREADS=1 make test", commands[:3]
+    later = "\n".join(commands[1:])
+    for extra in ("make flower", "apt-get install", "PFLKIT_REQUIRE_BROWSER=1", "make test-extras"):
+        assert extra in later, extra

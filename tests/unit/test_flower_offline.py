@@ -1,5 +1,6 @@
 """Flower and Ray stay offline (no telemetry, update checks or run-time installs: ``pflkit.flower.OFFLINE_ENV``)
 where an engine starts, and importing pflkit.flower writes nothing to the environment (issue 27)."""
+import importlib.util
 import json
 import os
 import subprocess
@@ -12,15 +13,18 @@ from pflkit.flower.spec import RunSpec
 
 MODULES = ["pflkit.flower", "pflkit.flower.client", "pflkit.flower.credentials", "pflkit.flower.deployment",
            "pflkit.flower.loopback", "pflkit.flower.reaper", "pflkit.flower.server", "pflkit.flower.simulation",
-           "pflkit.flower.spec", "pflkit.flower.superexec", "pflkit.experiments.flower", "pflkit.figures.flower"]
+           "pflkit.flower.spec", "pflkit.experiments.flower", "pflkit.figures.flower"]
+# modules that import flwr at import time: checked too where the extra pflkit[flower] is installed
+FLOWER_MODULES = ["pflkit.flower.superexec"]
 
 
 def test_importing_pflkit_flower_leaves_the_environment_alone():
+    modules = MODULES + (FLOWER_MODULES if importlib.util.find_spec("flwr") else [])
     env = {k: v for k, v in os.environ.items() if k not in OFFLINE_ENV}
     code = ("import importlib, json, os, sys; before = dict(os.environ); "
             "[importlib.import_module(m) for m in sys.argv[1:]]; "
             "print(json.dumps({k: v for k, v in os.environ.items() if before.get(k) != v}))")
-    out = subprocess.run([sys.executable, "-c", code, *MODULES], env=env, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", code, *modules], env=env, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {}
