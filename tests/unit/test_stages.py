@@ -1,5 +1,6 @@
 """The stage table (pflkit.stages), dvc.yaml generated from it, the import walk behind each stage's
 deps, and the ``tune`` command's refusal of stages it cannot sweep."""
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -101,3 +102,102 @@ def test_tune_a_profile_writes_under_build_not_into_results(capsys, monkeypatch,
     (path, frame), = written
     assert path == "build/smoke/tuning/perm_fig1.csv"
     assert list(frame["method"]) == ["fedavg"] and list(frame["lr"]) == [0.1]
+
+
+# ------------------------------------------------------------------ a data stage's params: the keys it reads
+class _Reads:
+    """Stands for a stage config while one of its methods runs: records every attribute the method reads (its
+    methods and properties run on the recorder too, so what they read is recorded)."""
+
+    def __init__(self, cfg):
+        object.__setattr__(self, "_cfg", cfg)
+        object.__setattr__(self, "read", set())
+
+    def __getattr__(self, name):
+        import inspect
+        import types
+        attr = inspect.getattr_static(type(self._cfg), name, None)
+        if inspect.isfunction(attr):
+            return types.MethodType(attr, self)
+        if isinstance(attr, property):
+            return attr.fget(self)
+        self.read.add(name)
+        return getattr(self._cfg, name)
+
+
+def _synthetic_reads(params: dict) -> dict[str, set[str]]:
+    """Per consumer of PERM's synthetic data, the params.yaml keys of its section that what
+    ``data_perm_synthetic`` prepares for it is made from (``synthetic_requests``, as ``pflkit.data_stages`` calls
+    it), recorded; a fixed class value (perm_fig3's sizes) is no params.yaml key."""
+    from pflkit.config import validate_stage
+    reads = {}
+    for stage in stages.SYNTHETIC_CONSUMERS:
+        cfg = validate_stage(params, stage, machine=False)
+        recorder = _Reads(cfg)
+        assert type(cfg).synthetic_requests(recorder) == cfg.synthetic_requests(), stage
+        assert not recorder.read & set(params.get("defaults") or {}), stage  # would be a defaults.<key> param
+        reads[stage] = recorder.read & set(params[stage])
+    return reads
+
+
+def _covers(param: str, key: str) -> bool:
+    """Whether DVC param ``param`` (a dotted params.yaml path) includes ``key``: a change of ``key`` changes it."""
+    return key == param or key.startswith(param + ".")
+
+
+def test_a_data_stage_depends_on_exactly_the_params_keys_it_reads():
+    """data_perm_synthetic lists the keys of its consumers' sections that its arrays are made from, and no whole
+    section: `dvc exp run perm_fig1_plot -S perm_fig1.rounds=50` does not re-run it (DVC compares each listed
+    key's value; no listed key covers perm_fig1.rounds), while a change of perm_fig1.seeds does."""
+    import yaml
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    reads = _synthetic_reads(params)
+    assert reads["perm_fig1"] == {"num_clients", "samples_per_client", "dim", "test_fraction", "seeds"}
+    assert reads["perm_fig3"] == {"num_clients", "workloads"}
+    declared = {s: set(keys) for s, keys in stages.SYNTHETIC_KEYS.items()}
+    assert declared == reads
+    spec = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    listed = spec["data_perm_synthetic"]["params"]
+    assert sorted(listed) == sorted(f"{s}.{k}" for s, keys in reads.items() for k in keys)
+    for name in (d.name for d in stages.DATA_STAGES):  # every data stage: a data.<key> section, or exact keys
+        for param in spec[name]["params"]:
+            assert param.startswith(f"{stages.DATA_SECTION}.") or param.count(".") == 1, (name, param)
+            assert param.split(".")[0] != stages.DATA_SECTION or param == f"data.{name.removeprefix('data_')}"
+    data_params = [p for d in stages.DATA_STAGES for p in spec[d.name]["params"]]
+    for stage, keys in reads.items():  # every other key of a consumer's section re-runs no data stage
+        for key in set(params[stage]) - keys:
+            assert not any(_covers(p, f"{stage}.{key}") for p in data_params), f"{stage}.{key}"
+    assert not any(_covers(p, "perm_fig1.rounds") for p in data_params)
+    assert any(_covers(p, "perm_fig1.seeds") for p in listed)
+    for d in stages.DATA_STAGES:  # and the data stages' code deps still follow their consumers' configs
+        assert set(dvc_stages.data_code_deps(d, stages.STAGES)) <= set(spec[d.name]["deps"])
+
+
+def test_dvc_status_of_a_data_stage_ignores_its_consumers_other_keys(tmp_path):
+    """DVC's own check, in a scratch project: data_perm_synthetic's params as dvc.yaml lists them (its command a
+    no-op), run once; then perm_fig1.rounds changes and `dvc status` has nothing to re-run, perm_fig1.seeds changes
+    and it names the stage."""
+    import shutil
+    import yaml
+    dvc = shutil.which("dvc", path=str(Path(sys.executable).parent)) or shutil.which("dvc")
+    if dvc is None:
+        pytest.skip("dvc not installed")
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    listed = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["data_perm_synthetic"]["params"]
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"data_perm_synthetic": {
+        "cmd": "true", "params": listed}}}))
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+
+    def dvc_run(*args):
+        out = subprocess.run([dvc, *args], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    dvc_run("init", "--no-scm", "-q")
+    dvc_run("repro", "-q")
+    params["perm_fig1"]["rounds"] += 1
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    assert json.loads(dvc_run("status", "--json")) == {}
+    params["perm_fig1"]["seeds"] = [*params["perm_fig1"]["seeds"], 99]
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    assert list(json.loads(dvc_run("status", "--json"))) == ["data_perm_synthetic"]
