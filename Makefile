@@ -24,7 +24,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 NBVAL := --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: canary reproduce test test-fast test-extras test-flower lint test-notebooks check-lock setup flower kernel data notebooks bench validate clean
+.PHONY: status canary reproduce test test-fast test-extras test-flower lint test-notebooks check-lock setup flower kernel data notebooks bench validate clean
 
 # torch==2.13.0 first: the CPU build this workplace serves locally (a bare `torch` pulls CUDA wheels)
 $(STAMP): pyproject.toml
@@ -115,6 +115,11 @@ test-notebooks: setup data
 # rebuild every notebook from its py:percent twin and store its smoke outputs (nbval references)
 notebooks: setup
 	$(PY) -m pflkit notebooks refresh
+
+# what `dvc repro` would do, a few lines per pipeline (up to date / changed / not here / never run): plain `dvc
+# status` also lists every paper-pipeline output that ran on another machine as a change
+status: setup
+	@$(PY) scripts/pipeline_status.py
 
 # dvc.lock must record the code and params of the tree (re-run changed stages before committing)
 check-lock: setup

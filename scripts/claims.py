@@ -1,6 +1,9 @@
 """The claims ledger: evaluate claims.yaml against every profile's results; write the table and the page.
 
-    python scripts/claims.py                  results/claims.{csv,md}, reports/index.html, results/claims/
+    python scripts/claims.py                  by hand: build/claims/{index.html,claims.csv,claims.md,html/}
+    python scripts/claims.py --profiles default,smoke   the same with the columns named (smoke only when asked)
+    python scripts/claims.py --dvc            the DVC stage `claims`: results/claims.{csv,md}, reports/index.html,
+                                              reports/html/, results/claims/ (default profile)
     python scripts/claims.py --check          also exit 1 when a run stage's claim has no value (a stale path)
 
 For each entry of claims.yaml and each profile with results (default: results/<stage>/metrics.json, what
@@ -8,9 +11,13 @@ For each entry of claims.yaml and each profile with results (default: results/<s
 column), the value(s) at the entry's path and the verdict of its rule: holds / does not hold / inconclusive (the
 run cannot show the claim, ``inconclusive``: the margin is within its seed-to-seed spread, one seed measured no
 spread, or the run is shorter than the claim needs; the row's note says which) / not run (no results) / no value
-(the path is not in the results). The DVC stage ``claims`` runs after every stage;
-after running some stages by hand (``dvc repro <stage>_plot``, ``pflkit reproduce``), run this script to
-refresh the page: stages that have not run read "not run" with the command that runs them. Outputs:
+(the path is not in the results). The DVC stage ``claims`` (``--dvc``) runs after every stage and writes DVC's
+outputs below. After running some stages by hand (``dvc repro <stage>_plot``, ``pflkit reproduce``), run this
+script without ``--dvc`` to refresh the page: it writes the same page and tables under ``build/claims/`` and
+never touches a DVC output; its columns are the profiles the pipelines ran (default, and each profile with a
+DVC pipeline of its own that has results: ``paper``), and another profile (``smoke``, what notebooks and nbval
+run) only when ``--profiles`` names it. Stages that have not run read "not run" with the command that runs them.
+Outputs of ``--dvc``:
 
 * ``results/claims.csv``: one row per claim and profile (tidy, for pandas);
 * ``results/claims.md``: per paper, one table row per claim (README's results block is filled from it);
@@ -41,12 +48,14 @@ from pathlib import Path
 from urllib.parse import quote
 
 from pflkit.config import read_yaml
-from pflkit.stages import profile_path
+from pflkit.stages import PIPELINE_PROFILES, profile_path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dvc_stages import load_stages  # noqa: E402  (the stage table, without importing pflkit)
 
+#: where the page and tables go when the script is run by hand (not the DVC stage): never a DVC output
+BY_HAND = Path("build") / "claims"
 RULE = re.compile(r"^(abs )?(<=|>=|<|>) *(\S+)$")
 VERDICTS = ("holds", "does not hold", "inconclusive", "not run", "no value")
 
@@ -258,10 +267,12 @@ def _rel(path: Path, root: Path) -> str:
 
 
 def result_folders(params: dict, root: Path, stages: list[str]) -> dict[str, Path]:
-    """The results folder of every profile that has run (results/, what ``dvc repro`` writes, for the default
-    profile; build/<profile>/ for another of params.yaml): one with no ``<stage>/metrics.json`` of any of
-    ``stages`` has no results and no column. When none has any: the default alone (every stage "not run")."""
-    names = ["default", *(str(p) for p in (params.get("profiles") or {}))]
+    """The results folder of every pipeline profile that has run (results/, what ``dvc repro`` writes, for the
+    default profile; build/<profile>/ for a profile with a DVC pipeline of its own, ``PIPELINE_PROFILES``;
+    a profile that only ``pflkit reproduce`` or a notebook runs, such as smoke, is left out): one with no
+    ``<stage>/metrics.json`` of any of ``stages`` has no results and no column. When none has any: the
+    default alone (every stage "not run")."""
+    names = ["default", *(str(p) for p in (params.get("profiles") or {}) if p in PIPELINE_PROFILES)]
     folders = {p: root / profile_path("results", p) for p in names}
     ran = {p: f for p, f in folders.items() if any((f / s / "metrics.json").is_file() for s in stages)}
     return ran or {"default": folders["default"]}
@@ -323,30 +334,35 @@ def link(target: Path, page_dir: Path) -> str:
     return quote(Path(os.path.relpath(target, page_dir)).as_posix())
 
 
-def notebook_pages(stages: dict, profiles: list[str], root: Path) -> dict[tuple[str, str], Path]:
+def notebook_pages(stages: dict, profiles: list[str], root: Path, html_dir: Path | None = None
+                   ) -> dict[tuple[str, str], Path]:
     """Render every executed notebook that exists (``reports/<paper>/<notebook>.ipynb``; another profile's
-    under build/<profile>/reports/) into ``<that reports folder>/html/<paper>/<notebook>.html`` (nbconvert,
-    offline: ``notebook_html``); the folder is rebuilt whole. Returns {(profile, stage name): html path}."""
+    under build/<profile>/reports/) with nbconvert (offline: ``notebook_html``) into
+    ``<that reports folder>/html/<paper>/<notebook>.html`` (the DVC stage's), or, given ``html_dir``, into
+    ``html_dir/<profile>/<paper>/<notebook>.html``; each folder is rebuilt whole. Returns {(profile, stage
+    name): html path}."""
     import notebook_html  # nbconvert: only the page needs it (not ``--out``, what ``pflkit reproduce`` runs)
 
     pages = {}
     for profile in profiles:
         reports = root / profile_path("reports", profile)
+        target = reports / "html" if html_dir is None else html_dir / profile
         pairs = []
         for s in stages.values():
             ipynb = reports / s.paper / f"{s.stem}.ipynb"
             if ipynb.is_file():
-                pages[profile, s.name] = reports / "html" / s.paper / f"{s.stem}.html"
+                pages[profile, s.name] = target / s.paper / f"{s.stem}.html"
                 pairs.append((ipynb, pages[profile, s.name]))
-        if pairs or (reports / "html").exists():
-            notebook_html.render_tree(pairs, reports / "html")
+        if pairs or target.exists():
+            notebook_html.render_tree(pairs, target)
     return pages
 
 
-def _figure_cell(stage, profiles: list[str], ran: dict, stages: dict, pages: dict, root: Path) -> str:
+def _figure_cell(stage, profiles: list[str], ran: dict, stages: dict, pages: dict, root: Path,
+                 page_dir: Path) -> str:
     """The stage's figures (thumbnails linking to the PNG, plus the SVG) and its notebook pages, per profile;
     a figure that does not exist has no <img>: the cell says it is not drawn and how to draw it."""
-    esc, page_dir = html.escape, root / "reports"
+    esc = html.escape
     plot = plot_of(stage, stages)
     parts = []
     for profile in profiles:
@@ -387,12 +403,14 @@ def _verdict_cell(row: dict) -> str:
             f"{note}</td>")
 
 
-def to_html(rows: list[dict], profiles: list[str], stages: dict, root: Path = ROOT, pages: dict | None = None) -> str:
-    """reports/index.html: per paper a table, one row per claim, a column per profile; the figure and data
-    cells span a stage's claims. Every link is relative to reports/ (figures at ../figures/<paper>/,
-    notebook pages at html/<paper>/<notebook>.html, ``pages``; another profile's under ../build/<profile>/).
+def to_html(rows: list[dict], profiles: list[str], stages: dict, root: Path = ROOT, pages: dict | None = None,
+            page_dir: Path | None = None) -> str:
+    """The claims page: per paper a table, one row per claim, a column per profile; the figure and data
+    cells span a stage's claims. Every link is relative to the page's folder ``page_dir`` (default reports/,
+    the DVC stage's: figures at ../figures/<paper>/, notebook pages at html/<paper>/<notebook>.html, ``pages``;
+    another profile's under ../build/<profile>/).
     A stage with no results under a profile reads "not run" with the command that runs it, and has no image."""
-    esc, pages = html.escape, pages or {}
+    esc, pages, page_dir = html.escape, pages or {}, page_dir or root / "reports"
     groups: dict[str, dict[str, dict[str, dict]]] = {}  # stage -> claim id -> profile -> row
     for r in rows:
         groups.setdefault(r["stage"], {}).setdefault(r["id"], {})[r["profile"]] = r
@@ -422,7 +440,7 @@ def to_html(rows: list[dict], profiles: list[str], stages: dict, root: Path = RO
                     elif ran[p]:
                         cells.append(_verdict_cell(per[p]))
                 lead = (f"<td rowspan=\"{span}\"><b>{esc(labels)}</b> <code>{esc(stage_name)}</code>"
-                        f"{_figure_cell(stage, profiles, ran, stages, pages, root)}</td>") if i == 0 else ""
+                        f"{_figure_cell(stage, profiles, ran, stages, pages, root, page_dir)}</td>") if i == 0 else ""
                 tail = f"<td rowspan=\"{span}\">{data}</td>" if i == 0 else ""
                 body.append(f"<tr data-stage=\"{esc(stage_name)}\">{lead}<td>{esc(first['claim'])}<br>"
                             f"<small>{esc(first['why'])}</small></td><td>{esc(first['metric'])}<br><small>rule: "
@@ -441,7 +459,8 @@ def to_html(rows: list[dict], profiles: list[str], stages: dict, root: Path = RO
     return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>pflkit: the papers' claims</title>"
             f"<style>{style}</style></head><body><h1>The papers' claims, as measured</h1>"
             f"<p>Generated by <code>python scripts/claims.py</code> from claims.yaml and each stage's "
-            f"metrics.json ({summary}). After running stages, run it again to refresh this page. A figure opens "
+            f"metrics.json ({summary}). After running stages, run it again to refresh the page (it writes "
+            f"build/claims/index.html). A figure opens "
             f"full size on a click; \"notebook\" opens the executed notebook.</p>"
             f"<p id=\"page-check\">page not checked</p>" + "".join(body) + PAGE_CHECK + "</body></html>\n")
 
@@ -472,8 +491,11 @@ def main(argv=None, root: Path = ROOT) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--claims", default=str(root / "claims.yaml"))
     p.add_argument("--check", action="store_true", help="exit 1 when a claim of a stage that ran has no value")
-    p.add_argument("--profiles", help="comma-separated profiles to show (default: every profile that has run); "
-                   "the DVC stage shows only `default`, so its outputs depend on its inputs alone")
+    p.add_argument("--dvc", action="store_true",
+                   help="the DVC stage `claims`: write DVC's outputs (results/claims*, reports/index.html, "
+                        "reports/html/) for the default profile only, so they depend on its inputs alone")
+    p.add_argument("--profiles", help="comma-separated profiles to show (default: every pipeline profile that "
+                   "has run: default, and paper where build/paper/ has results; smoke only when named)")
     p.add_argument("--out", help="write only the table and markdown (claims.csv, claims.md of the last profile) "
                    "into this folder, e.g. build/paper (what `python -m pflkit reproduce` does): DVC's outputs "
                    "(results/claims*, reports/index.html) are left as they are")
@@ -488,6 +510,12 @@ def main(argv=None, root: Path = ROOT) -> list[dict]:
     params = read_yaml(root / "params.yaml", "parameters file")
     compute = [name for name, s in stages.items() if not s.is_plot]
     folders = result_folders(params, root, compute)
+    if a.dvc and a.profiles not in (None, "default"):
+        raise SystemExit(f"--dvc shows the default profile only (got --profiles {a.profiles})")
+    if a.dvc and a.out:
+        raise SystemExit("--dvc and --out: choose one (--dvc writes DVC's outputs, --out a folder of tables)")
+    if a.dvc:
+        a.profiles = "default"
     if a.profiles:
         wanted = a.profiles.split(",")
         unknown = [p for p in wanted if p != "default" and p not in (params.get("profiles") or {})]
@@ -507,14 +535,26 @@ def main(argv=None, root: Path = ROOT) -> list[dict]:
         write(out / "claims.md", to_markdown(rows, profiles[-1]))
         print(f"{len(claims)} claims, profiles {profiles}: wrote {_rel(out, root)}/claims.csv and claims.md")
         return rows
-    write(root / "results" / "claims.csv", to_csv(rows))
-    write(root / "results" / "claims.md", to_markdown(default))
-    pages = notebook_pages(stages, profiles, root)
-    write(root / "reports" / "index.html", to_html(rows, profiles, stages, root, pages))
-    for stage in compute:
-        write(root / "results" / "claims" / f"{stage}.json", json.dumps(headline(default, stage), indent=1) + "\n")
+    if a.dvc:
+        write(root / "results" / "claims.csv", to_csv(rows))
+        write(root / "results" / "claims.md", to_markdown(default))
+        pages = notebook_pages(stages, profiles, root)
+        write(root / "reports" / "index.html", to_html(rows, profiles, stages, root, pages))
+        for stage in compute:
+            write(root / "results" / "claims" / f"{stage}.json",
+                  json.dumps(headline(default, stage), indent=1) + "\n")
+        page = root / "reports" / "index.html"
+    else:  # by hand: nothing DVC tracks is touched
+        out = root / BY_HAND
+        write(out / "claims.csv", to_csv(rows))
+        write(out / "claims.md", "\n\n".join(to_markdown([r for r in rows if r["profile"] == p], p)
+                                             for p in profiles))
+        pages = notebook_pages(stages, profiles, root, html_dir=out / "html")
+        page = out / "index.html"
+        write(page, to_html(rows, profiles, stages, root, pages, page_dir=out))
     print(f"{len(claims)} claims, profiles {profiles}; default profile: "
-          + ", ".join(f"{sum(r['verdict'] == v for r in default)} {v}" for v in VERDICTS))
+          + ", ".join(f"{sum(r['verdict'] == v for r in default)} {v}" for v in VERDICTS)
+          + f"; the page: {_rel(page, root)}")
     stale = [f"{r['id']}: {r['value']}" for r in rows if r["verdict"] == "no value"]
     if a.check and stale:
         raise SystemExit("claims with no value (a path not in the results):\n  " + "\n  ".join(stale))

@@ -260,7 +260,8 @@ def test_the_short_form_is_ci_s_and_its_command_names_no_extra_option():
     assert canary.command_line("paper", None, None, True, canary.SHORT_MAX_CLIENTS) == \
         "python -m pflkit reproduce --profile paper --canary --short"
     assert canary.command_line("paper", None, None, True, 20).endswith("--short --max-clients 20")
-    assert canary.command_line("paper", None, None, False, None) == "python -m pflkit reproduce --profile paper --canary"
+    assert canary.command_line("paper", None, None, False, None) == (
+        "python -m pflkit reproduce --profile paper --canary")
 
 
 def test_a_stage_s_progress_lines_reach_the_terminal_and_everything_reaches_the_log(tmp_path, capsys):

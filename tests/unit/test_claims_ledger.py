@@ -95,9 +95,9 @@ def _project(tmp_path: Path) -> Path:
 
 def test_crafted_results_give_every_verdict(tmp_path):
     root = _project(tmp_path)
-    rows = claims.main(["--claims", str(root / "claims.yaml")], root=root)
+    rows = claims.main(["--claims", str(root / "claims.yaml"), "--profiles", "default,smoke"], root=root)
     got = {(r["id"], r["profile"]): r for r in rows}
-    assert {r["profile"] for r in rows} == {"default", "smoke"}  # paper has no results: no column
+    assert {r["profile"] for r in rows} == {"default", "smoke"}
     assert got["t-perm_fig1", "default"]["verdict"] == "holds"
     assert got["t-perm_fig1", "default"]["estimate"] == "0.8 ± 0.01"
     assert got["t-perm_fig4", "default"]["verdict"] == "does not hold"  # the crafted failure fails
@@ -114,9 +114,17 @@ def test_crafted_results_give_every_verdict(tmp_path):
     smoke_md = claims.to_markdown(rows, "smoke")
     assert "**not checked** under this profile: claims.yaml checks it under default only |" in smoke_md
     assert smoke_md.count("**not checked**") == 1
-    table = list(csv.DictReader((root / "results/claims.csv").open()))
+    table = list(csv.DictReader((root / "build/claims/claims.csv").open()))
     assert [(r["id"], r["profile"], r["verdict"]) for r in table][:2] == [
         ("t-perm_fig1", "default", "holds"), ("t-perm_fig1", "smoke", "does not hold")]
+    by_hand = (root / "build/claims/claims.md").read_text()
+    assert "**PERM** (default profile)" in by_hand and "**PERM** (smoke profile)" in by_hand
+    page = (root / "build/claims/index.html").read_text()
+    assert page.count('src="../../figures/perm/fig1_synthetic.png"') == 1
+    assert 'href="html/default/perm/fig4_emnist.html"' in page and ".ipynb" not in page
+    # the DVC stage: its own outputs, the default profile alone, links from reports/
+    rows = claims.main(["--claims", str(root / "claims.yaml"), "--dvc"], root=root)
+    assert {r["profile"] for r in rows} == {"default"}
     assert "| Fig. 4 | PERM is best | PERM minus the best other: -0.1 (0.8 ± 0.01) | **does not hold** |" in (
         root / "results/claims.md").read_text()
     page = (root / "reports/index.html").read_text()
@@ -131,6 +139,32 @@ def test_crafted_results_give_every_verdict(tmp_path):
         claims.main(["--claims", str(root / "claims.yaml"), "--check"], root=root)
 
 
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_by_hand_the_page_shows_the_pipelines_profiles_and_touches_no_dvc_output(tmp_path):
+    """``python scripts/claims.py`` after a partial run: the default column, and paper once build/paper/ has
+    results; never the smoke results a notebook or nbval left (only when --profiles names smoke); and every
+    file it writes is under build/claims/, so no DVC output (results/claims*, reports/) changes."""
+    root = _project(tmp_path)
+    claims.main(["--claims", str(root / "claims.yaml"), "--dvc"], root=root)
+    before = _tree(root)
+    rows = claims.main(["--claims", str(root / "claims.yaml")], root=root)
+    assert {r["profile"] for r in rows} == {"default"}  # smoke ran perm_fig1, paper nothing: neither shows
+    after = _tree(root)
+    changed = sorted(k for k in after if before.get(k) != after[k]) + sorted(set(before) - set(after))
+    assert changed and all(k.startswith("build/claims/") for k in changed), changed
+    (root / "build/paper/perm_fig1").mkdir(parents=True)
+    (root / "build/paper/perm_fig1/metrics.json").write_text(json.dumps({"claim_perm_best": {"margin": 0.5}}))
+    rows = claims.main(["--claims", str(root / "claims.yaml")], root=root)
+    assert {r["profile"] for r in rows} == {"default", "paper"}
+    page = (root / "build/claims/index.html").read_text()
+    assert "<th>paper profile</th>" in page and "smoke profile" not in page
+    with pytest.raises(SystemExit, match="--dvc shows the default profile only"):
+        claims.main(["--claims", str(root / "claims.yaml"), "--dvc", "--profiles", "default,smoke"], root=root)
+
+
 def test_a_profile_gets_a_column_only_with_results(tmp_path):
     """No results anywhere: the default column alone (every stage "not run"); results of one stage under
     build/paper/: a paper column; --profiles names the columns as asked."""
@@ -141,6 +175,9 @@ def test_a_profile_gets_a_column_only_with_results(tmp_path):
     (root / "build/paper/perm_fig4").mkdir(parents=True)
     (root / "build/paper/perm_fig4/metrics.json").write_text("{}")
     assert claims.result_folders(params, root, compute) == {"paper": root / "build/paper"}
+    assert claims.result_folders(params, root, ["perm_fig1"]) == {"default": root / "results"}
+    (root / "build/smoke/perm_fig1").mkdir(parents=True)  # a notebook's smoke run: not a pipeline's column
+    (root / "build/smoke/perm_fig1/metrics.json").write_text("{}")
     assert claims.result_folders(params, root, ["perm_fig1"]) == {"default": root / "results"}
 
 
@@ -158,13 +195,14 @@ def test_notebook_pages_are_rebuilt_whole(tmp_path):
     """reports/html holds exactly the pages of the executed notebooks that exist: a page whose notebook
     is gone (a stage re-run that failed, a removed report) does not linger."""
     root = _project(tmp_path)
-    claims.main(["--claims", str(root / "claims.yaml")], root=root)
+    claims.main(["--claims", str(root / "claims.yaml"), "--dvc"], root=root)
+    claims.main(["--claims", str(root / "claims.yaml"), "--profiles", "smoke"], root=root)
     pages = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.html") if p.name != "index.html")
-    assert pages == ["build/smoke/reports/html/perm/fig1_synthetic.html", "reports/html/perm/fig1_synthetic.html",
+    assert pages == ["build/claims/html/smoke/perm/fig1_synthetic.html", "reports/html/perm/fig1_synthetic.html",
                      "reports/html/perm/fig1_synthetic_plot.html", "reports/html/perm/fig4_emnist.html",
                      "reports/html/perm/fig5_alpha_heatmap.html", "reports/html/perm/fig5_alpha_heatmap_plot.html"]
     (root / "reports/perm/fig4_emnist.ipynb").unlink()
-    claims.main(["--claims", str(root / "claims.yaml"), "--profiles", "default"], root=root)
+    claims.main(["--claims", str(root / "claims.yaml"), "--dvc"], root=root)
     assert not (root / "reports/html/perm/fig4_emnist.html").exists()
     assert (root / "reports/html/perm/fig1_synthetic.html").is_file()
     assert not (root / "reports/html.part").exists()
@@ -202,7 +240,7 @@ def test_the_claims_stage_renders_what_it_depends_on():
 def test_dvc_metrics_show_reads_a_stage_not_run_as_not_run(tmp_path):
     """DVC's own table: a stage with no results prints "not run" in the holding column, one that ran its count."""
     root = _project(tmp_path)
-    claims.main(["--claims", str(root / "claims.yaml")], root=root)
+    claims.main(["--claims", str(root / "claims.yaml"), "--dvc"], root=root)
     (root / "dvc.yaml").write_text(yaml.safe_dump({"metrics": [f"results/claims/{s}.json" for s in
                                                                ("perm_fig1", "perm_fig4", "perm_fig6")]}))
     dvc = [sys.executable, "-m", "dvc"]
@@ -276,7 +314,7 @@ def test_an_inconclusive_row_keeps_what_the_rule_alone_says_in_every_output(tmp_
     metrics = json.loads((root / "results/perm_fig1/metrics.json").read_text())
     metrics["claim_perm_best"].update(margin_sd=0.05, seeds=3)  # margin 0.02 < 1 sd
     (root / "results/perm_fig1/metrics.json").write_text(json.dumps(metrics))
-    rows = claims.main(["--claims", str(root / "claims.yaml")], root=root)
+    rows = claims.main(["--claims", str(root / "claims.yaml"), "--dvc"], root=root)
     row = next(r for r in rows if r["id"] == "t-perm_fig1" and r["profile"] == "default")
     assert row["verdict"] == "inconclusive"
     assert row["note"].endswith("(the rule alone: holds)")

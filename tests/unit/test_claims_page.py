@@ -1,5 +1,7 @@
-"""The claims page (reports/index.html) in a real headless browser, after a partial run (the ledger tests'
-``_project``: some stages ran, some did not, one profile ran a single stage, one profile none): it loads,
+"""The claims page (as refreshed by hand: build/claims/index.html, with the smoke column asked for; the DVC
+stage's reports/index.html is the same page with links from reports/) in a real headless browser, after a
+partial run (the ledger tests' ``_project``: some stages ran, some did not, one profile ran a single stage,
+one profile none): it loads,
 every image resolves, no script error, every link is relative and leads to a file that exists, a stage
 that did not run reads "not run" with its command and has no image. The page reports what it saw into
 #page-check when it has loaded; Chromium's --dump-dom prints the DOM after that.
@@ -83,8 +85,8 @@ class Links(HTMLParser):
 
 def _page(tmp_path) -> tuple[Path, Links]:
     root = ledger_tests._project(tmp_path)
-    ledger_tests.claims.main(["--claims", str(root / "claims.yaml")], root=root)
-    page = root / "reports/index.html"
+    ledger_tests.claims.main(["--claims", str(root / "claims.yaml"), "--profiles", "default,smoke"], root=root)
+    page = root / "build/claims/index.html"
     links = Links()
     links.feed(page.read_text())
     return page, links
@@ -109,20 +111,21 @@ def test_every_link_is_relative_and_leads_to_a_file(tmp_path):
 
 def test_thumbnails_open_the_full_figure(tmp_path):
     _, links = _page(tmp_path)
-    assert links.images == [("../figures/perm/fig1_synthetic.png",) * 2,
-                            ("../build/smoke/figures/perm/fig1_synthetic.png",) * 2,
-                            ("../figures/perm/fig5_alpha_heatmap.png",) * 2]
-    assert "../figures/perm/fig1_synthetic.svg" in links.urls
-    assert 'width="420"' in (tmp_path / "reports/index.html").read_text()
+    assert links.images == [("../../figures/perm/fig1_synthetic.png",) * 2,
+                            ("../smoke/figures/perm/fig1_synthetic.png",) * 2,
+                            ("../../figures/perm/fig5_alpha_heatmap.png",) * 2]
+    assert "../../figures/perm/fig1_synthetic.svg" in links.urls
+    assert 'width="420"' in (tmp_path / "build/claims/index.html").read_text()
 
 
 def test_notebook_links_open_html_renderings_that_exist(tmp_path):
     page, links = _page(tmp_path)
-    assert links.notebooks == ["html/perm/fig1_synthetic.html", "html/perm/fig1_synthetic_plot.html",
-                               "../build/smoke/reports/html/perm/fig1_synthetic.html", "html/perm/fig4_emnist.html",
-                               "html/perm/fig5_alpha_heatmap.html", "html/perm/fig5_alpha_heatmap_plot.html"]
+    assert links.notebooks == ["html/default/perm/fig1_synthetic.html", "html/default/perm/fig1_synthetic_plot.html",
+                               "html/smoke/perm/fig1_synthetic.html", "html/default/perm/fig4_emnist.html",
+                               "html/default/perm/fig5_alpha_heatmap.html",
+                               "html/default/perm/fig5_alpha_heatmap_plot.html"]
     assert not [u for u in links.urls if u.endswith(".ipynb")]  # never the raw notebook JSON
-    rendered = page.parent / "html/perm/fig4_emnist.html"
+    rendered = page.parent / "html/default/perm/fig4_emnist.html"
     assert "executed reports/perm/fig4_emnist" in rendered.read_text()
     inner = Links()
     inner.feed(rendered.read_text())
@@ -147,7 +150,7 @@ def test_the_page_works_moved(tmp_path):
     (tmp_path / "a").mkdir()
     page, _ = _page(tmp_path / "a")
     shutil.move(tmp_path / "a", tmp_path / "b")
-    assert page_check(dump_dom(tmp_path / "b/reports/index.html")) == "images 3; problems 0"
+    assert page_check(dump_dom(tmp_path / "b/build/claims/index.html")) == "images 3; problems 0"
 
 
 def test_a_missing_figure_is_reported(tmp_path):
@@ -155,4 +158,4 @@ def test_a_missing_figure_is_reported(tmp_path):
     page, _ = _page(tmp_path)
     (tmp_path / "figures/perm/fig5_alpha_heatmap.png").unlink()
     assert page_check(dump_dom(page)) == ("images 3; problems 1: image not loaded: "
-                                          "../figures/perm/fig5_alpha_heatmap.png")
+                                          "../../figures/perm/fig5_alpha_heatmap.png")
