@@ -221,7 +221,7 @@ def claims_stage(stages, root: Path = ROOT) -> list[str]:
     script = root / "scripts" / "claims.py"
     code = collapse(import_closure([script], [], root / "src"), root / "src" / "pflkit", root)
     compute = [s for s in stages if not s.is_plot]
-    lines = ["  claims:", "    cmd: python scripts/claims.py --profiles default", "    deps:",
+    lines = ["  claims:", "    cmd: python scripts/claims.py --dvc", "    deps:",
              "      - claims.yaml", "      - scripts/claims.py", "      - scripts/dvc_stages.py",
              "      - scripts/notebook_html.py"]
     lines += [f"      - {d}" for d in code] + [f"      - {s.results_dir}/metrics.json" for s in compute]
