@@ -56,6 +56,8 @@ from dvc_stages import load_stages  # noqa: E402  (the stage table, without impo
 
 #: where the page and tables go when the script is run by hand (not the DVC stage): never a DVC output
 BY_HAND = Path("build") / "claims"
+#: the measured cross-machine drift of the default profile's claims (benchmarks/drift.py)
+DRIFT = Path("benchmarks") / "results" / "drift.json"
 RULE = re.compile(r"^(abs )?(<=|>=|<|>) *(\S+)$")
 VERDICTS = ("holds", "does not hold", "inconclusive", "not run", "no value")
 
@@ -196,6 +198,30 @@ def inconclusive(metrics: dict, claim: dict, columns: list[list]) -> str | None:
     return None
 
 
+def drifted(claim: dict, columns: list[list], drift: dict | None) -> str | None:
+    """Why another machine could give another verdict, or None: ``drift`` is the claim's entry of
+    benchmarks/results/drift.json (the same commit run on several CPUs): the rule's verdict differed between
+    those runs, or a value lies within the measured drift of the rule's bound (the rule's verdict with every
+    value moved by + or - the drift differs)."""
+    if not drift:
+        return None
+    verdicts = drift.get("verdicts", {})
+    if len(set(verdicts.values())) > 1:
+        return "the verdict differs between machines (" + "; ".join(f"{k}: {v}" for k, v in verdicts.items()) + ")"
+    d = drift.get("drift")
+    rule = " ".join(str(claim["rule"]).split())
+    if not d or not (RULE.match(rule) or rule.startswith("between ")):
+        return None
+
+    def moved(by: float) -> list[list]:
+        return [[v + by if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in col]
+                for col in columns]
+    if decide(rule, moved(d)) != decide(rule, moved(-d)):
+        return (f"a value is within the cross-machine drift ({show(d)}, benchmarks/results/drift.md) of the "
+                "rule's bound: another CPU could put it on either side")
+    return None
+
+
 def show(value) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
@@ -229,10 +255,12 @@ def dataset_of(metrics: dict) -> tuple[str, bool]:
     return name, substitute
 
 
-def evaluate(claims: list[dict], folders: dict[str, Path], root: Path = ROOT) -> list[dict]:
+def evaluate(claims: list[dict], folders: dict[str, Path], root: Path = ROOT, drift: dict | None = None
+             ) -> list[dict]:
     """One row per claim and profile: value(s), estimate (mean ± sd), verdict, dataset; ``folders`` maps each profile to
-    the folder holding its <stage>/metrics.json."""
-    rows = []
+    the folder holding its <stage>/metrics.json; ``drift`` (claim id -> its entry of drift.json, measured at the
+    default profile) makes a default-profile verdict that another machine could flip inconclusive."""
+    rows, drift = [], drift or {}
     for c in claims:
         for profile, folder in folders.items():
             row = {k: c.get(k, "") for k in ("id", "paper", "figure", "stage", "claim", "metric", "rule", "why")}
@@ -249,7 +277,8 @@ def evaluate(claims: list[dict], folders: dict[str, Path], root: Path = ROOT) ->
                 try:
                     columns = [lookup(metrics, p) for p in paths]
                     row["verdict"] = "holds" if decide(c["rule"], columns) else "does not hold"
-                    why_not = inconclusive(metrics, c, columns)
+                    why_not = inconclusive(metrics, c, columns) or (
+                        drifted(c, columns, drift.get(c["id"])) if profile == "default" else None)
                     if why_not:
                         row["verdict"], row["note"] = "inconclusive", f"{why_not} (the rule alone: {row['verdict']})"
                     flat = [v for col in columns for v in col]
@@ -523,10 +552,12 @@ def main(argv=None, root: Path = ROOT) -> list[dict]:
             raise SystemExit(f"--profiles: unknown {unknown}; params.yaml defines {['default', *params['profiles']]}")
         folders = {p: root / profile_path("results", p) for p in wanted}
     profiles = list(folders)
+    drift_file = root / DRIFT
+    drift = json.loads(drift_file.read_text()).get("claims", {}) if drift_file.is_file() else {}
     try:
-        rows = evaluate(claims, folders, root)
+        rows = evaluate(claims, folders, root, drift)
         default = ([r for r in rows if r["profile"] == "default"] if "default" in folders
-                   else evaluate(claims, {"default": root / "results"}, root))
+                   else evaluate(claims, {"default": root / "results"}, root, drift))
     except UnreadableResults as exc:
         raise SystemExit(f"claims: {exc}") from None
     if a.out:

@@ -1,7 +1,8 @@
-"""Write dvc.yaml from the stage table (src/pflkit/stages.py).
+"""Write dvc.yaml from the stage table (src/pflkit/stages.py), with the profiles' pipelines (pipelines/<profile>/
+dvc.yaml) and the Vega-Lite templates of its plots (.dvc/plots/<template>.json: every file there is written here).
 
-    python scripts/dvc_stages.py           write dvc.yaml
-    python scripts/dvc_stages.py --check   exit 1 when dvc.yaml differs from what it would write
+    python scripts/dvc_stages.py           write them
+    python scripts/dvc_stages.py --check   exit 1 when one differs from what it would write (or a template is unused)
 
 Each stage depends on its notebook's py:percent twin, on any other stage's outputs it reads, and on
 exactly the src/pflkit files its code can import: found by a static walk of the imports (every
@@ -188,28 +189,139 @@ def render(stages, root: Path = ROOT, data_stages=()) -> str:
         lines += [f"      - {o}" for o in s.outs]
         if s.headline_file:  # the stage's headline numbers (pflkit.headline), kept in git
             lines += ["    metrics:", f"      - {s.headline_file}:", "          cache: false"]
-        if any(not plot.wide for plot in s.plots):
+        if any(not plot.top_level for plot in s.plots):
             lines.append("    plots:")
             for plot in s.plots:
-                if not plot.wide:
+                if not plot.top_level:
                     lines.append(f"      - {s.results_dir}/{plot.file}:")
-                    lines += [f"          {k}: {json.dumps(v) if k == 'title' else v}" for k, v in plot.props().items()]
+                    lines += [f"          {k}: {_plot_value(k, v)}" for k, v in plot.props().items()]
     lines += claims_stage(stages, root)
-    lines += wide_plots(stages)
+    lines += top_level_plots(stages)
     return "\n".join(lines) + "\n"
 
 
-def wide_plots(stages) -> list[str]:
-    """dvc.yaml's top-level ``plots:``: each plot of several y columns (one line per method), keyed by its CSV
-    (a stage output). A stage's own ``plots:`` entry takes one y column only (DVC's schema)."""
+def _plot_value(key: str, value) -> str:
+    """A plot property as dvc.yaml writes it: titles and labels double-quoted (JSON, which YAML reads), a list of
+    columns as a JSON list, other values plain."""
+    if isinstance(value, tuple):
+        return json.dumps(list(value))
+    return json.dumps(value) if key in ("title", "x_label", "y_label") else value
+
+
+def top_level_plots(stages) -> list[str]:
+    """dvc.yaml's top-level ``plots:``: each plot with a ``name`` (a CSV that is already a stage output, such as
+    a history drawn once per metric), ``y`` as ``{file: column(s)}``."""
     lines = []
     for s in stages:
         for plot in s.plots:
-            if plot.wide:
-                lines.append(f"  - {s.results_dir}/{plot.file}:")
+            if plot.top_level:
+                path = f"{s.results_dir}/{plot.file}"
+                assert path in s.result_files, f"{s.name}: top-level plot {plot.name} draws {path}, not an output"
+                lines.append(f"  - {plot.name}:")
                 for k, v in plot.props().items():
-                    lines.append(f"      {k}: {json.dumps(list(v) if k == 'y' else v) if k in ('y', 'title') else v}")
+                    if k == "y":
+                        lines += ["      y:", f"        {path}: {_plot_value(k, v)}"]
+                    else:
+                        lines.append(f"      {k}: {_plot_value(k, v)}")
     return ["plots:", *lines] if lines else []
+
+
+# --------------------------------------------------------------------------- the plots' Vega-Lite templates
+TEMPLATES = ROOT / ".dvc" / "plots"
+#: DVC's anchors (dvc_render fills them: the rows, the plot's x and y columns, its title and axis labels)
+_DATA, _X, _Y = "<DVC_METRIC_DATA>", "<DVC_METRIC_X>", "<DVC_METRIC_Y>"
+_TITLE, _X_LABEL, _Y_LABEL = "<DVC_METRIC_TITLE>", "<DVC_METRIC_X_LABEL>", "<DVC_METRIC_Y_LABEL>"
+#: the series' colours: Vega's tableau20, its ten dark colours first (ten series never share a hue), then the light
+PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#b79a20", "#439894", "#e45756", "#79706e", "#d67195", "#b279a2",
+           "#9e765f", "#9ecae9", "#ffbf79", "#88d27a", "#f2cf5b", "#83bcb6", "#ff9d98", "#bab0ac", "#fcbfd2",
+           "#d6a5c9", "#d8b5a5")
+#: the columns a template computes: x and y as numbers (None for an empty cell), the series' name, the row's place
+X_NUM, Y_NUM, SERIES, ROW = "pflkit_x", "pflkit_y", "pflkit_series", "pflkit_row"
+
+
+def _series_expression(columns: tuple[str, ...]) -> str:
+    """A Vega expression naming a row's series: each column's value, a number as ``column = value``, joined by
+    `` | ``; one name for every row when there are no columns."""
+    if not columns:
+        return "'all rows'"
+    parts = [f"(isFinite(toNumber(datum[{json.dumps(c)}])) ? {json.dumps(c + ' = ')} + datum[{json.dumps(c)}] : "
+             f"datum[{json.dumps(c)}])" for c in columns]
+    return " + ' | ' + ".join(parts)
+
+
+def _number_filter(plot) -> str:
+    """The rows drawn: x and y are numbers (an empty cell, missing or not finite, is left out, never drawn as 0),
+    positive on a log axis."""
+    tests = [f"isValid(datum.{n}) && isFinite(datum.{n})" for n in (X_NUM, Y_NUM)]
+    tests += [f"datum.{n} > 0" for n, scale in ((X_NUM, plot.x_scale), (Y_NUM, plot.y_scale)) if scale == "log"]
+    return " && ".join(tests)
+
+
+def _axis(field: str, title: str, scale: str) -> dict:
+    axis = {"field": field, "type": "quantitative", "title": title}
+    if scale != "linear":
+        axis["scale"] = {"type": scale}
+    elif field == Y_NUM:
+        axis["scale"] = {"zero": False}
+    return axis
+
+
+def template_spec(plot) -> dict:
+    """The Vega-Lite template of ``plot`` (``Plot.template`` names it): its metric's rows, x and y as numbers with
+    empty cells dropped, the series' name, the mean over ``mean_over``; the series in colour with a legend, DVC's
+    revisions (``rev``: `dvc plots diff`, experiments) as dashes (lines) or shapes (points); the axes' scales."""
+    what = [f"one {'set of points' if plot.mark == 'points' else 'line'} per "
+            + (" | ".join(plot.series) if plot.series else "file")]
+    what += [f"rows of metric {plot.metric}"] if plot.metric else []
+    what += [f"the mean over {plot.mean_over}"] if plot.mean_over else []
+    what += [f"{axis} axis {scale}" for axis, scale in (("x", plot.x_scale), ("y", plot.y_scale)) if scale != "linear"]
+    transform = [{"filter": f"datum.metric == {json.dumps(plot.metric)}"}] if plot.metric else []
+    if plot.mark == "frontier":  # each curve drawn in the table's row order (a frontier is no function of rho)
+        transform.append({"window": [{"op": "row_number", "as": ROW}]})
+    transform += [{"calculate": f"toNumber(datum[{json.dumps(_X)}])", "as": X_NUM},
+                  {"calculate": f"toNumber(datum[{json.dumps(_Y)}])", "as": Y_NUM},
+                  {"filter": _number_filter(plot)},
+                  {"calculate": _series_expression(plot.series), "as": SERIES}]
+    if plot.mean_over:
+        transform.append({"aggregate": [{"op": "mean", "field": Y_NUM, "as": Y_NUM}],
+                          "groupby": ["rev", SERIES, X_NUM]})
+    colour = {"field": SERIES, "type": "nominal", "title": " | ".join(plot.series) or None,
+              "scale": {"range": list(PALETTE)}, "legend": {"labelLimit": 400}}
+    encoding = {"x": _axis(X_NUM, _X_LABEL, plot.x_scale), "y": _axis(Y_NUM, _Y_LABEL, plot.y_scale),
+                "color": colour,
+                "tooltip": [{"field": SERIES, "title": "series"}, {"field": X_NUM, "title": _X_LABEL},
+                            {"field": Y_NUM, "title": _Y_LABEL}, {"field": "rev"}]}
+    revision = {"field": "rev", "type": "nominal", "title": "revision"}
+    spec = {"$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+            "description": f"pflkit (written by scripts/dvc_stages.py from src/pflkit/stages.py): {'; '.join(what)}",
+            "data": {"values": _DATA}, "title": {"text": _TITLE, "anchor": "middle"},
+            "width": "<DVC_METRIC_PLOT_WIDTH>", "height": "<DVC_METRIC_PLOT_HEIGHT>", "transform": transform}
+    if plot.mark == "frontier":  # analytic curves (and the FedAvg frontier, d = 0) as lines, simulated MAML points
+        spec["encoding"] = encoding
+        spec["layer"] = [
+            {"transform": [{"filter": "!(toNumber(datum.d) > 0)"}], "mark": {"type": "line"},
+             "encoding": {"order": {"field": ROW, "type": "quantitative"}, "strokeDash": revision}},
+            {"transform": [{"filter": "toNumber(datum.d) > 0"}], "mark": {"type": "point", "filled": True, "size": 10},
+             "encoding": {"shape": {**revision, "legend": None}}}]  # the lines' dashes name the revisions
+    elif plot.mark == "points":
+        spec["mark"] = {"type": "point", "filled": True, "size": 40}
+        spec["encoding"] = {**encoding, "shape": revision}
+    else:
+        spec["mark"] = {"type": "line", **({"point": True} if plot.mark == "line+points" else {})}
+        spec["encoding"] = {**encoding, "strokeDash": revision}
+    return spec
+
+
+def templates(stages) -> dict[Path, str]:
+    """.dvc/plots/<template>.json of every plot, one file per template name (plots drawn alike share one)."""
+    out: dict[Path, str] = {}
+    for s in stages:
+        for plot in s.plots:
+            text = json.dumps(template_spec(plot), indent=2) + "\n"
+            path = TEMPLATES / f"{plot.template}.json"
+            assert out.get(path, text) == text, f"two plots name template {plot.template} but differ"
+            out[path] = text
+    return dict(sorted(out.items()))
 
 
 def claims_stage(stages, root: Path = ROOT) -> list[str]:
@@ -223,7 +335,7 @@ def claims_stage(stages, root: Path = ROOT) -> list[str]:
     compute = [s for s in stages if not s.is_plot]
     lines = ["  claims:", "    cmd: python scripts/claims.py --dvc", "    deps:",
              "      - claims.yaml", "      - scripts/claims.py", "      - scripts/dvc_stages.py",
-             "      - scripts/notebook_html.py"]
+             "      - scripts/notebook_html.py", "      - benchmarks/results/drift.json"]
     lines += [f"      - {d}" for d in code] + [f"      - {s.results_dir}/metrics.json" for s in compute]
     lines += [f"      - {s.outs[0]}" for s in stages]  # the executed notebook (Stage.outs: first)
     lines += ["    outs:", "      - results/claims.csv", "      - results/claims.md", "      - reports/index.html",
@@ -268,7 +380,7 @@ def render_profile(stages, profile: str, params: dict, root: Path = ROOT) -> str
             sections = ["defaults", s.section]
         keys = sections + [f"profiles.{profile}.{x}" for x in sections if x in overlay]
         outs = [at(o, profile) for o in (*s.outs, *([s.headline_file] if s.headline_file else []),
-                                           *(f"{s.results_dir}/{plot.file}" for plot in s.plots if not plot.wide))]
+                                           *s.plot_files)]
         lines += [f"  {s.name}:", f"    cmd: {s.cmd} --profile {profile}", f"    wdir: {wdir}", "    deps:"]
         lines += [f"      - {d}" for d in (s.notebook, *inputs, *code_deps(s, root))]
         lines += ["    params:"] + [f"      - {k}" for k in keys] + ["    outs:"] + [f"      - {o}" for o in outs]
@@ -286,11 +398,17 @@ def render_profile(stages, profile: str, params: dict, root: Path = ROOT) -> str
 
 
 def outputs_of(table, params: dict) -> dict[Path, str]:
-    """Every pipeline file -> its text: dvc.yaml, then each profile pipeline."""
+    """Every pipeline file -> its text: dvc.yaml, each profile pipeline, then the plots' templates."""
     texts = {DVC_YAML: render(table.STAGES, data_stages=table.DATA_STAGES)}
     for profile in table.PIPELINE_PROFILES:
         texts[ROOT / table.pipeline_file(profile)] = render_profile(table.STAGES, profile, params)
+    texts.update(templates(table.STAGES))
     return texts
+
+
+def stale_templates(texts: dict[Path, str]) -> list[Path]:
+    """Templates in .dvc/plots/ that no plot uses any more (every file there is written here)."""
+    return sorted(p for p in TEMPLATES.glob("*.json") if p not in texts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -311,19 +429,24 @@ def main(argv: list[str] | None = None) -> int:
                 diff = difflib.unified_diff(current.splitlines(), text.splitlines(), f"{rel} (now)",
                                             f"{rel} (from src/pflkit/stages.py)", lineterm="", n=1)
                 stale.append(f"{rel}:\n" + "\n".join(list(diff)[:60]))
+        stale += [f"{p.relative_to(ROOT)}: no plot uses this template" for p in stale_templates(texts)]
         if stale:
             print("the pipeline files are out of date with src/pflkit/stages.py, params.yaml's profiles and the "
                   "code's imports; run `python scripts/dvc_stages.py` and commit them:\n" + "\n".join(stale),
                   file=sys.stderr)
             return 1
-        print("dvc.yaml and the profile pipelines are current: they are what scripts/dvc_stages.py writes from "
-              "src/pflkit/stages.py")
+        print("dvc.yaml, the profile pipelines and the plot templates are current: they are what "
+              "scripts/dvc_stages.py writes from src/pflkit/stages.py")
         return 0
+    for path in stale_templates(texts):
+        path.unlink()
     for path, text in texts.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    print(f"wrote {', '.join(str(p.relative_to(ROOT)) for p in texts)} ({len(table.DATA_STAGES)} data stages, "
-          f"{len(table.STAGES)} notebook stages and the claims ledger; the profiles' pipelines without data stages)")
+    pipelines = [p for p in texts if p.suffix == ".yaml"]
+    print(f"wrote {', '.join(str(p.relative_to(ROOT)) for p in pipelines)} ({len(table.DATA_STAGES)} data stages, "
+          f"{len(table.STAGES)} notebook stages and the claims ledger; the profiles' pipelines without data stages) "
+          f"and {len(texts) - len(pipelines)} plot templates in {TEMPLATES.relative_to(ROOT)}/")
     return 0
 
 

@@ -326,3 +326,35 @@ def test_an_inconclusive_row_keeps_what_the_rule_alone_says_in_every_output(tmp_
     assert 'class="inconclusive"' in (root / "reports/index.html").read_text()
     # perm_fig1's two claims (t-perm_fig1 and t-perm_fig1-default-only) read the same crafted margin
     assert json.loads((root / "results/claims/perm_fig1.json").read_text())["inconclusive"] == 2
+
+
+@pytest.mark.parametrize("rule, values, drift, why", [
+    ("> 0", [0.02], {"drift": 0.01, "verdicts": {"a": "holds", "b": "holds"}}, None),          # clear of the bound
+    ("> 0", [0.008], {"drift": 0.01, "verdicts": {"a": "holds", "b": "holds"}}, "within the cross-machine drift"),
+    ("< 0.5", [0.52, 0.3], {"drift": 0.06, "verdicts": {"a": "does not hold", "b": "does not hold"}},
+     "within the cross-machine drift"),                                                       # one of several
+    ("< 0.5", [0.6, 0.45], {"drift": 0.06, "verdicts": {"a": "does not hold", "b": "does not hold"}}, None),
+    ("between 0 1", [0.5], {"drift": 0.2, "verdicts": {"a": "holds", "b": "holds"}}, None),
+    ("true", [True], {"drift": None, "verdicts": {"a": "holds", "b": "does not hold"}},        # a flip, measured
+     "the verdict differs between machines (a: holds; b: does not hold)"),
+    ("increasing", [1.0, 2.0], {"drift": 0.5, "verdicts": {"a": "holds", "b": "holds"}}, None),  # no bound to cross
+    ("> 0", [0.008], {"drift": 0.0, "verdicts": {"a": "holds", "b": "holds"}}, None),         # closed forms: no drift
+    ("> 0", [0.008], None, None),                                                              # not measured
+])
+def test_a_verdict_another_machine_could_flip_is_inconclusive(rule, values, drift, why):
+    got = claims.drifted({"rule": rule}, [values], drift)
+    assert (got is None) == (why is None), got
+    if why:
+        assert why in got
+
+
+def test_the_drift_file_makes_the_default_profile_inconclusive_and_leaves_other_profiles_alone(tmp_path):
+    root = _project(tmp_path)
+    (root / "benchmarks/results").mkdir(parents=True)
+    (root / claims.DRIFT).write_text(json.dumps({"claims": {"t-perm_fig1": {
+        "stage": "perm_fig1", "drift": 0.05, "verdicts": {"A": "holds", "B": "holds"}}}}))
+    rows = claims.main(["--claims", str(root / "claims.yaml"), "--profiles", "default,smoke"], root=root)
+    got = {(r["id"], r["profile"]): r for r in rows}
+    assert got["t-perm_fig1", "default"]["verdict"] == "inconclusive"  # margin 0.02 within the drift 0.05
+    assert "cross-machine drift (0.05" in got["t-perm_fig1", "default"]["note"]
+    assert got["t-perm_fig1", "smoke"]["verdict"] == "does not hold"  # measured at the default profile only
