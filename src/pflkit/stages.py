@@ -25,26 +25,64 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 
+#: how a plot draws: lines (sorted by x), lines with a marker at each point, points, or a Pareto frontier (Charles
+#: et al.: each curve a line in the CSV's row order; the simulated MAML rows, ``d`` > 0, as points)
+PLOT_MARKS = ("line", "line+points", "points", "frontier")
+#: the axis scales a plot may use (Vega-Lite's scale types)
+PLOT_SCALES = ("linear", "log", "symlog")
+
+
 @dataclass(frozen=True)
 class Plot:
-    """A DVC plot of a CSV the stage writes (``file`` inside ``results/<stage>/``), with DVC's plot
-    properties (None: not set). ``y`` is one column, or several (a wide table: one column per method,
-    each drawn as its own line; dvc.yaml then defines the plot in its top-level ``plots:``, since a
-    stage's plot output takes one y column). ``template``: one of DVC's, or ``lines_by_label``
-    (.dvc/plots/lines_by_label.json: one line per value of the CSV's ``label`` column, and ``panel``)."""
+    """A DVC plot (``dvc plots show``) of a CSV the stage writes (``file`` inside ``results/<stage>/``), drawn as
+    the stage's figure draws it:
+
+    * ``x``, ``y``: the columns (``y`` several columns of one table: DVC names each row's column ``field``, which
+      ``series`` may then list); ``title``, ``x_label``, ``y_label``: DVC's plot properties (None: not set);
+    * ``series``: the columns whose values name one line (or set of points): each its own colour, in the legend
+      (``L = 5`` for a number, the value itself for a name); DVC's revisions are told apart by dashes;
+    * ``metric``: a long table (``history.csv``: round, method, seed, metric, value): only the rows of this metric;
+    * ``mean_over``: the column averaged away (``seed``): one point per series and x, the mean over it;
+    * ``mark`` (``PLOT_MARKS``), ``x_scale`` / ``y_scale`` (``PLOT_SCALES``): the figure's marks and scales;
+    * ``name``: the plot's id in dvc.yaml's top-level ``plots:``, for a CSV that is already a stage output (a
+      history drawn once per metric); None: the CSV is the stage's plot output (its ``plots:`` entry).
+
+    A missing value (an empty cell) is never drawn (not as 0 either): every template keeps only the rows whose x
+    and y are numbers (and positive on a log axis). The Vega-Lite template (``template``, a file of .dvc/plots/)
+    is written by scripts/dvc_stages.py with dvc.yaml."""
 
     file: str
     x: str
     title: str
-    y: str | tuple[str, ...] | None = None
-    template: str | None = None
+    y: str | tuple[str, ...]
+    series: tuple[str, ...] = ()
+    metric: str | None = None
+    mean_over: str | None = None
+    mark: str = "line"
+    x_scale: str = "linear"
+    y_scale: str = "linear"
     x_label: str | None = None
     y_label: str | None = None
+    name: str | None = None
+
+    def __post_init__(self):
+        assert self.mark in PLOT_MARKS and {self.x_scale, self.y_scale} <= set(PLOT_SCALES), self
+        assert self.name is not None or isinstance(self.y, str), f"{self.file}: several y columns need a name"
 
     @property
-    def wide(self) -> bool:
-        """Several y columns: a top-level plot definition in dvc.yaml."""
-        return isinstance(self.y, tuple)
+    def top_level(self) -> bool:
+        """Defined in dvc.yaml's top-level ``plots:`` (by its ``name``), not as a stage's plot output."""
+        return self.name is not None
+
+    @property
+    def template(self) -> str:
+        """The name of its template (.dvc/plots/<name>.json): the mark, series, metric, mean and scales, so
+        plots drawn alike share one."""
+        parts = [self.mark.replace("+", "_"), "by", *(self.series or ("none",))]
+        parts += [self.metric] if self.metric else []
+        parts += ["mean_over", self.mean_over] if self.mean_over else []
+        parts += [f"{scale}{axis}" for axis, scale in (("x", self.x_scale), ("y", self.y_scale)) if scale != "linear"]
+        return "_".join(parts)
 
     def props(self) -> dict[str, str | tuple[str, ...]]:
         """The set properties in dvc.yaml's order: template, x, y, title, x_label, y_label."""
@@ -203,20 +241,19 @@ class Stage:
 
     @property
     def plot_files(self) -> list[str]:
-        """The CSVs of ``plots`` (DVC outputs too, listed under plots)."""
-        return [f"{self.results_dir}/{p.file}" for p in self.plots]
+        """The CSVs of its stage-level ``plots`` (DVC outputs too, listed under plots; a top-level plot draws a
+        file of ``results``, which is an output already)."""
+        return list(dict.fromkeys(f"{self.results_dir}/{p.file}" for p in self.plots if not p.top_level))
 
     @property
     def outs(self) -> list[str]:
-        """Every output but the DVC plots: the executed notebook, then a plot stage's figures, or a compute
-        stage's results files, the CSVs of its wide plots (defined in dvc.yaml's top-level ``plots:``),
-        models folder and extra outputs."""
+        """Every output but the stage-level DVC plots: the executed notebook, then a plot stage's figures, or a
+        compute stage's results files (those its top-level plots draw among them), models folder and extra
+        outputs."""
         report = [f"reports/{self.paper}/{self.stem}.ipynb"]
         if self.is_plot:
             return report + [f"{self.figures_dir}/{f}.{ext}" for f in self.figure_names for ext in ("png", "svg")]
-        wide = [f"{self.results_dir}/{p.file}" for p in self.plots if p.wide]
-        return (report + self.result_files + wide + ([self.models_dir] if self.models else [])
-                + list(self.extra_outs))
+        return report + self.result_files + ([self.models_dir] if self.models else []) + list(self.extra_outs)
 
     @property
     def data_deps(self) -> list[str]:
@@ -304,12 +341,21 @@ _CUSP_HEADLINE = (_h("max_cusp_abs_difference", "max_cusp_abs_difference"),
                   _h("fedavg_end_delta_max", "summary", "*", "fedavg_end_delta", reduce="max"))
 
 
+#: per frontier figure, the frontier.csv columns that name its curves (the figure's hue, style and panels)
+_FRONTIER_SERIES: dict[int, tuple[str, ...]] = {1: ("panel", "L"), 2: ("L", "ServerOpt"), 3: ("alpha",),
+                                                 4: ("ServerOpt", "method"), 5: ("method",), 7: ("L", "method"),
+                                                 8: ("ServerOpt", "method"), 9: ("alpha",), 10: ("alpha", "method")}
+
+
 def _frontier_stage(n: int, notebook: str) -> Stage:
     """A Charles et al. Pareto-frontier figure: notebooks/charles/<notebook>.py, CharlesFig<n>Config."""
     return Stage(f"charles_fig{n}", "charles", f"notebooks/charles/{notebook}.py", f"{_CHARLES}:CharlesFig{n}Config",
                  results=("run.json",), headline=_FRONTIER_HEADLINES.get(n, _CUSP_HEADLINE),
-                 plots=(Plot("frontier.csv", template="scatter", x="rho", y="delta",
-                             title=f"Charles & Konecny Fig. {n}: Pareto frontier", x_label="rho", y_label="Delta"),))
+                 plots=(Plot("frontier.csv", x="rho", y="delta", series=_FRONTIER_SERIES[n], mark="frontier",
+                             title=f"Charles & Konecny Fig. {n}: Pareto frontiers"
+                                   + (" (simulated MAML: points)" if n in (5, 7, 8, 10) else ""),
+                             x_label="rate rho (error factor per round)",
+                             y_label="suboptimality Delta (eq. 17, x 8C)"),))
 
 
 #: PERM's accuracy stages: every method's final personalized accuracy (mean over seeds) and PERM's margin
@@ -321,15 +367,34 @@ _NN_HEADLINE = (_h("substitute", "tasks", "*", "is_substitute"), _h("holds", _NN
                 _h("largest_gamma_gap", _NN_CLAIM, "*", "largest_gamma_final_minus_best_final"))
 
 
-def _chayti_curves(title: str) -> tuple[Plot, ...]:
-    return (Plot("curves.csv", template="lines_by_label", x="step", y="mean", title=title),)
+def _chayti_curves(title: str, series: tuple[str, ...] = ("label",)) -> tuple[Plot, ...]:
+    """Chayti et al.'s loss curves (curves.csv: the mean over runs per step), on the figures' log axis."""
+    return (Plot("curves.csv", x="step", y="mean", series=series, y_scale="log", title=title,
+                 x_label="step t (one gradient per user per step)", y_label="loss f_0(x_t) - f_0* (log scale)"),)
 
 
-#: the method columns of PERM's curve tables (curves_accuracy.csv: one per method that runs under the default
-#: profile, and the majority-class baseline); tests/unit/test_dvc_plots.py checks them against params.yaml
-_PERM_FIG1_METHODS = ("FedAvg", "Local", "Localized FedAvg", "Majority class", "PERM", "Per-FedAvg (FO)", "pFedMe")
-_PERM_HETERO_METHODS = ("FedRolex + FT", "HeteroFL + FT", "Majority class", "PERM-hetero", "PERM-hetero (paper D)",
-                        "Small-model FedAvg + FT")
+_ROUND = "communication round"
+
+
+def _history_curves(stage: str, metrics: dict[str, tuple[str, str, str]], series: tuple[str, ...] = ("method",),
+                    mean_over: str | None = "seed") -> tuple[Plot, ...]:
+    """Curves of ``history.csv`` (long: round, the series columns, seed, metric, value), one plot per metric:
+    ``metrics`` maps each metric to (its title: the figure it draws, its axis label, its y scale)."""
+    return tuple(Plot("history.csv", x="round", y="value", series=series, metric=metric, mean_over=mean_over,
+                      mark="line+points", y_scale=scale, name=f"{stage}_{metric}", x_label=_ROUND, y_label=label,
+                      title=title + (" (mean over seeds)" if mean_over else ""))
+                 for metric, (title, label, scale) in metrics.items())
+
+
+_ACCURACY = "personalized test accuracy (fraction correct)"
+_TRAIN_LOSS = "training loss (cross-entropy, nats)"
+_LOSS = "personalized test loss (cross-entropy, nats; log scale)"
+
+
+def _perm_curves(stage: str, figure: str) -> tuple[Plot, ...]:
+    """PERM's curve figures (plotting.accuracy_loss_figure): (a) personalized accuracy, (b) loss on a log axis."""
+    return _history_curves(stage, {"accuracy": (f"{figure} (a): personalized test accuracy", _ACCURACY, "linear"),
+                                   "loss": (f"{figure} (b): personalized test loss", _LOSS, "log")})
 
 
 def plot_stage(source: Stage, figures: tuple[str, ...] | None = None) -> Stage:
@@ -370,15 +435,15 @@ DATA_STAGES: tuple[DataStage, ...] = (
 
 _PERM_FIG4 = Stage("perm_fig4", "perm", "notebooks/perm/fig4_emnist.py", f"{_PERM}:PermFig4Config",
                    results=("history.csv", "run.json", "curves_accuracy.csv"), data=("emnist-byclass", "fashion-mnist"),
-                   models=True, tune=f"{_PERM}:lr_sweep", headline=(*_PERM_FINAL, _PERM_ALPHA_MARGIN))
+                   models=True, tune=f"{_PERM}:lr_sweep", headline=(*_PERM_FINAL, _PERM_ALPHA_MARGIN),
+                   plots=_perm_curves("perm_fig4", "PERM Fig. 4"))
 
 #: every notebook stage, in dvc.yaml's order (after the data stages); each compute stage before its plot stage
 STAGES: tuple[Stage, ...] = _with_plots(
     Stage("perm_fig1", "perm", "notebooks/perm/fig1_synthetic.py", f"{_PERM}:PermFig1Config",
-          results=("history.csv", "run.json"), tune=f"{_PERM}:lr_sweep",
+          results=("history.csv", "run.json", "curves_accuracy.csv"), tune=f"{_PERM}:lr_sweep",
           data=(_synthetic("perm_fig1"),), models=True, headline=_PERM_FINAL,
-          plots=(Plot("curves_accuracy.csv", x="round", y=_PERM_FIG1_METHODS, y_label="accuracy",
-                      title="PERM Fig. 1 (synthetic): mean personalized test accuracy"),)),
+          plots=_perm_curves("perm_fig1", "PERM Fig. 1")),
     Stage("perm_fig6", "perm", "notebooks/perm/fig6_mnist_alpha.py", f"{_PERM}:PermFig6Config",
           results=("run.json", "alpha_summary.csv", "alpha.csv"), data=("mnist",), models=True,
           headline=(_h("same_label_mass", "panels", "*", "same_label_mass_mean"),
@@ -406,17 +471,23 @@ STAGES: tuple[Stage, ...] = _with_plots(
           f"{_PERM}:PermAlphaConvergenceConfig", results=("run.json", "convergence.csv", "own_group_mass.csv"),
           data=(_synthetic("perm_alpha_convergence"),), models=True,
           headline=(_h("alpha_error_l1", "alpha_error_l1"), _h("w_error", "w_error"),
-                    _h("own_group_mass_mean", "own_group_mass_mean"), _h("own_group_mass_min", "own_group_mass_min"))),
+                    _h("own_group_mass_mean", "own_group_mass_mean"), _h("own_group_mass_min", "own_group_mass_min")),
+          plots=(Plot("convergence.csv", x="R", y=("w_error", "alpha_error_l1"), series=("field",), mean_over="seed",
+                      mark="line+points", x_scale="log", y_scale="log", name="perm_alpha_convergence_errors",
+                      title="PERM Theorem 1 (left): ||w^R - w*|| and mean ||alpha_hat_i - alpha*_i||_1 (mean over "
+                            "seeds)", x_label="FedAvg rounds R (exact, K = 1)",
+                      y_label="distance to the optimum (log)"),)),
     Stage("chayti_fig1", "chayti", "notebooks/chayti/fig1_speedup.py", f"{_CHAYTI}:ChaytiFig1Config",
           results=("heatmap.csv", "run.json"),
           headline=(_h("max_abs_z", "max_abs_z"), _h("linear_regime", "linear_regime", "*")),
-          plots=(Plot("check.csv", template="scatter", x="tau", y="speedup_measured",
-                      title="Chayti Fig. 1: measured WGA(a*) speedup vs tau"),)),
+          plots=(Plot("check.csv", x="tau", y="speedup_measured", series=("N",), mark="points", x_scale="log",
+                      y_scale="log", title="Chayti Fig. 1 (b): simulated WGA(a*) speedup per N",
+                      x_label="cumulative bias tau", y_label="speedup (Alone loss / WGA(a*) loss)"),)),
     Stage("chayti_fig2", "chayti", "notebooks/chayti/fig2_convergence.py", f"{_CHAYTI}:ChaytiFig2Config",
           results=("final.csv", "tuning.csv", "run.json"),
           headline=(_h("bc_lowest_final", "claims", "*", "bc_lowest_final"),
                     _h("bc_over_alone", "claims", "*", "bc_over_alone")),
-          plots=_chayti_curves("Chayti Fig. 2: mean loss of Alone, WGA, BC")),
+          plots=_chayti_curves("Chayti Fig. 2: mean loss of Alone, WGA, BC, per panel", ("label", "panel"))),
     Stage("chayti_fig3", "chayti", "notebooks/chayti/fig3_bc_zeta.py", f"{_CHAYTI}:ChaytiFig3Config",
           results=("final.csv", "run.json"),
           headline=(_h("tail", "final", "*", "tail"), _h("same_level_within_4se", "claims", "same_level_within_4se"),
@@ -434,7 +505,8 @@ STAGES: tuple[Stage, ...] = _with_plots(
           plots=_chayti_curves("Chayti Fig. 5: mean BC loss for several N")),
     Stage("perm_fig2", "perm", "notebooks/perm/fig2_cifar10.py", f"{_PERM}:PermFig2Config",
           results=("history.csv", "run.json", "curves_accuracy.csv"), data=("cifar10", "fashion-mnist"), models=True,
-          tune=f"{_PERM}:lr_sweep", headline=(*_PERM_FINAL, _PERM_ALPHA_MARGIN)),
+          tune=f"{_PERM}:lr_sweep", headline=(*_PERM_FINAL, _PERM_ALPHA_MARGIN),
+          plots=_perm_curves("perm_fig2", "PERM Fig. 2")),
     Stage("perm_fig3", "perm", "notebooks/perm/fig3_round_time.py", f"{_PERM}:PermFig3Config",
           results=("times.csv", "run.json"), data=(_synthetic("perm_fig3"), "mnist"),
           headline=(_h("perm_vs_fedavg", "seconds_per_round", "*/PERM", "vs_fedavg"),
@@ -447,35 +519,54 @@ STAGES: tuple[Stage, ...] = _with_plots(
                     _h("same_label_mass", "mass on same-majority-label clients"),
                     _h("self_weight", "self weight (mean)"))),
     Stage("charles_fig12", "charles", "notebooks/charles/fig12_client_lr_fixed_eta.py", f"{_NN}:CharlesFig12Config",
-          results=("history.csv", "run.json", "diverged.csv"), data=_NN_DATA, models=True, headline=_NN_HEADLINE),
+          results=("history.csv", "run.json", "diverged.csv"), data=_NN_DATA, models=True, headline=_NN_HEADLINE,
+          plots=_history_curves("charles_fig12", {"train_loss": (
+              "Charles & Konecny Fig. 12: training loss per task and gamma (eta fixed)", _TRAIN_LOSS, "linear")},
+                                series=("task", "variant"), mean_over=None)),
     Stage("charles_fig13", "charles", "notebooks/charles/fig13_client_lr_tuned_eta.py", f"{_NN}:CharlesFig13Config",
           results=("history.csv", "run.json", "diverged.csv", "grid.csv"), data=_NN_DATA, models=True,
           headline=_NN_HEADLINE,
-          plots=(Plot("tuned.csv", template="scatter", x="gamma", y="score",
+          plots=(*_history_curves("charles_fig13", {"train_loss": (
+              "Charles & Konecny Fig. 13: training loss per task and gamma (eta tuned)", _TRAIN_LOSS, "linear")},
+                                  series=("task", "variant"), mean_over=None),
+                 Plot("tuned.csv", x="gamma", y="score", series=("task",), mark="points",
                       title="Charles & Konecny Fig. 13: final training loss with eta tuned, per gamma",
-                      x_label="gamma (client learning rate)", y_label="training loss"),)),
+                      x_label="gamma (client learning rate)", y_label=_TRAIN_LOSS))),
     (Stage("charles_fig6", "charles", "notebooks/charles/fig6_server_momentum_and_alpha_femnist.py",
            f"{_NN}:CharlesFig6Config", results=("history.csv", "run.json", "diverged.csv", "grid.csv", "tuned.csv"),
            data=("femnist", "fashion-mnist"), models=True,
            headline=(_h("dataset", "tasks", "*", "dataset"), _h("substitute", "tasks", "*", "is_substitute"),
                      _h("alpha_spread_final_accuracy", "claims", "alpha_spread_final_accuracy"),
-                     _h("momentum_gain", "claims", "momentum_speeds_convergence", "*", "acc_mean_over_rounds_gain"))),
+                     _h("momentum_gain", "claims", "momentum_speeds_convergence", "*", "acc_mean_over_rounds_gain")),
+           plots=_history_curves("charles_fig6", {
+               "test_accuracy": ("Charles & Konecny Fig. 6: tuned test accuracy per panel (server momentum; alpha)",
+                                 "test accuracy (fraction correct)", "linear"),
+               "test_loss": ("Charles & Konecny Fig. 11 (below): tuned test loss per panel",
+                             "test loss (cross-entropy, nats)", "linear")},
+                                 series=("panel", "variant"), mean_over=None)),
      ("fig6_server_momentum_and_alpha_femnist", "fig11_server_momentum_and_alpha_femnist")),
     Stage("perm_hetero", "perm", "notebooks/perm/hetero.py", "pflkit.experiments.perm_hetero:PermHeteroConfig",
-          results=("run.json", "history.csv", "groups.csv", "costs.csv", "clients.csv"),
+          results=("run.json", "history.csv", "groups.csv", "costs.csv", "clients.csv", "curves_accuracy.csv"),
           data=("fashion-mnist",), models=True,
           headline=(_h("accuracy", "claim", "groups", "*", "perm_hetero"),
                     _h("margin", "claim", "groups", "*", "margin"),
                     _h("fits_budget", "claim", "every_model_fits_its_budget")),
-          plots=(Plot("curves_accuracy.csv", x="round", y=_PERM_HETERO_METHODS, y_label="accuracy",
-                      title="PERM Sec. 3.3 (heterogeneous models): mean personalized test accuracy"),)),
+          plots=_history_curves("perm_hetero", {"accuracy": (
+              "PERM Sec. 3.3 (heterogeneous models): personalized test accuracy", _ACCURACY, "linear")})),
     Stage("flower_equivalence", "flower", "notebooks/flower/equivalence.py",
           "pflkit.experiments.flower:FlowerEquivalenceConfig",
           results=("history.csv", "run.json", "final.csv", "differences.csv"),
           data=(_synthetic("flower_equivalence"),), models=True,
           headline=(_h("accuracy", "in_process", "*", "accuracy"),
                     _h("loopback_max_diff", "loopback", "*", "max_abs_diff_accuracy", reduce="max"),
-                    _h("flower_max_diff", "flower", "*", "*", "max_abs_diff_accuracy", reduce="max"))),
+                    _h("flower_max_diff", "flower", "*", "*", "max_abs_diff_accuracy", reduce="max")),
+          plots=(*_history_curves("flower_equivalence", {"accuracy": (
+              "Flower vs in-process (left): personalized test accuracy per engine and method", _ACCURACY, "linear")},
+                                  series=("engine", "method")),
+                 Plot("differences.csv", x="round", y="difference", series=("engine", "method"), metric="accuracy",
+                      mean_over="seed", mark="line+points", y_scale="symlog", name="flower_equivalence_differences",
+                      title="Flower vs in-process (right): accuracy minus in-process (mean over seeds)",
+                      x_label=_ROUND, y_label="accuracy minus in-process (symlog)"))),
 )
 
 #: name -> stage (notebook stages); DATA_BY_KEY: data stage key -> data stage
