@@ -9,7 +9,8 @@ Each command runs as README shows it, from this checkout, one after the other (r
 * ``setup``: ``make setup`` into a new virtual environment (``VENV=<temp>/.venv``) with pip's cache off, so
   every package is downloaded as on a fresh machine; size: the environment's folder;
 * ``flower_extra``: then ``make flower`` into that environment (Flower and Ray); size: what it adds;
-* ``test_fast``: ``make test-fast`` (lint and the fast unit tests, both cores), in this checkout's .venv;
+* ``test`` / ``test_fast``: ``make test`` (README's test command: lint, notebooks, unit and integration tests,
+  both cores) / ``make test-fast`` (lint and the fast unit tests), in this checkout's .venv;
 * ``flower_simulate`` / ``flower_deploy``: ``python -m pflkit.flower simulate|deploy --profile smoke``;
 * ``dvc_status``: a no-op ``dvc status`` (run it when the pipeline is up to date; DVC parses params.yaml once
   per stage with params, with ruamel.yaml's C parser from the dev extra).
@@ -37,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = {  # key: (what README shows, the command run here; {venv} is the fresh environment)
     "setup": ("make setup", ["make", "setup", "VENV={venv}"]),
     "flower_extra": ("make flower", ["make", "flower", "VENV={venv}"]),
+    "test": ("make test", ["make", "test"]),
     "test_fast": ("make test-fast", ["make", "test-fast"]),
     "flower_simulate": ("python -m pflkit.flower simulate --profile smoke",
                         [sys.executable, "-m", "pflkit.flower", "simulate", "--profile", "smoke"]),
