@@ -116,7 +116,7 @@ test-notebooks: setup data
 notebooks: setup
 	$(PY) -m pflkit notebooks refresh
 
-# what `dvc repro` would do, a few lines per pipeline (up to date / changed / not here / never run): plain `dvc
+# what `dvc repro` would do, a few lines per pipeline (up to date / changed / not run here / never run): plain `dvc
 # status` also lists every paper-pipeline output that ran on another machine as a change
 status: setup
 	@$(PY) scripts/pipeline_status.py

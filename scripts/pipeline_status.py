@@ -11,7 +11,7 @@ every stage that did not run. This reads the same ``dvc status --json`` and sort
 * up to date: nothing would re-run;
 * changed: its command, code or params differ from what dvc.lock recorded, or an output differs from it
   (``dvc repro`` re-runs it);
-* not here: dvc.lock records a run (here or on another machine) whose outputs are not in this workspace
+* not run here: dvc.lock records a run (here or on another machine) whose outputs are not in this workspace
   (``dvc pull`` brings them from the team's remote, ``dvc repro <stage>`` makes them);
 * never run: no run recorded (a paper stage that needs a GPU).
 
@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_dvc_lock import (ROOT, is_produced, never_run, pipeline_files, stage_key,  # noqa: E402
                             stage_outputs, stale_stages)
 
-KINDS = ("up to date", "changed", "not here", "never run")
+KINDS = ("up to date", "changed", "not run here", "never run")
 SHOWN = 6  # stage names per line before "..."
 
 
@@ -47,7 +47,7 @@ def classify(status: dict, stages: list[str], produced: set[str], unrun: set[str
         elif not [e for e in _entries(status.get(stage, [])) if e != "always changed"]:
             kinds[stage] = "up to date"  # a stage declared always changed (a profile's ledger) is so by design
         else:
-            kinds[stage] = "changed" if _outputs_differ(status[stage], produced) else "not here"
+            kinds[stage] = "changed" if _outputs_differ(status[stage], produced) else "not run here"
     return kinds
 
 
@@ -80,7 +80,7 @@ def summary(kinds: dict[str, str], files: dict[str, str]) -> list[str]:
                            if any(k == kind for k in mine.values()))
         lines.append(f"{file}: {len(mine)} stages: {counts}")
         for kind, hint in (("changed", "`dvc repro` re-runs them"),
-                           ("not here", "outputs recorded in dvc.lock, not in this workspace: `dvc pull` or "
+                           ("not run here", "outputs recorded in dvc.lock, not in this workspace: `dvc pull` or "
                                         "`dvc repro`"),
                            ("never run", "no run recorded")):
             names = [s.split(":")[-1] for s, k in mine.items() if k == kind]

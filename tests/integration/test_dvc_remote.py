@@ -105,7 +105,7 @@ def test_the_sharing_recipe_as_written_from_a_fresh_clone_to_a_second_one(tmp_pa
     assert status_lines[0].startswith("dvc.yaml: ") and "up to date" in status_lines[0], shown
     changed = [ln for ln in status_lines if ln.startswith("  changed")]
     assert not changed, shown
-    not_here = next(ln for ln in status_lines if ln.startswith("  not here"))
+    not_here = next(ln for ln in status_lines if ln.startswith("  not run here"))
     assert "charles_fig1," not in not_here + "," and "charles_fig1_plot" not in not_here
     again = _run([shutil.which("dvc", path=str(Path(sys.executable).parent)) or "dvc", "repro", "--single-item",
                   *section("default")], reader)
