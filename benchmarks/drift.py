@@ -61,15 +61,25 @@ def claim_drift(claims: list[dict], runs: dict[str, Path]) -> dict[str, dict]:
     return out
 
 
+def flat(tree: dict, prefix: str = "") -> list[tuple[str, float]]:
+    """The numbers of a nested mapping, keyed "a.b.c"."""
+    out = []
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out += flat(value, f"{prefix}{key}.")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out.append((f"{prefix}{key}", float(value)))
+    return out
+
+
 def headline_drift(runs: dict[str, Path]) -> dict[str, dict]:
     """'stage: key' -> {values: {label: value}, drift} for every headline number at least two runs have."""
     table: dict[str, dict] = {}
     for label, root in runs.items():
         for path in sorted((root / "results").glob("*/headline.json")):
             for section in json.loads(path.read_text()).values():
-                for key, value in section.items():
-                    if isinstance(value, (int, float)) and not isinstance(value, bool):
-                        table.setdefault(f"{path.parent.name}: {key}", {})[label] = float(value)
+                for key, value in flat(section):
+                    table.setdefault(f"{path.parent.name}: {key}", {})[label] = value
     return {k: {"values": v, "drift": max(v.values()) - min(v.values())} for k, v in sorted(table.items())
             if len(v) >= 2}
 

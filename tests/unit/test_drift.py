@@ -13,8 +13,8 @@ def _run(root, margin, headline):
 
 
 def test_two_runs_give_each_claim_its_drift_and_verdicts_and_each_headline_its_spread(tmp_path):
-    _run(tmp_path / "a", 0.02, {"perm": 0.98, "fedavg": 0.5})
-    _run(tmp_path / "b", -0.01, {"perm": 0.95, "fedavg": 0.5})
+    _run(tmp_path / "a", 0.02, {"perm": 0.98, "fedavg": 0.5, "final": {"Local": 0.8}})
+    _run(tmp_path / "b", -0.01, {"perm": 0.95, "fedavg": 0.5, "final": {"Local": 0.7}})
     (tmp_path / "c/results/perm_fig1").mkdir(parents=True)  # a recorded run: headlines only
     (tmp_path / "c/results/perm_fig1/headline.json").write_text(json.dumps({"perm_fig1": {"perm": 0.99}}))
     out = tmp_path / "out"
@@ -25,6 +25,7 @@ def test_two_runs_give_each_claim_its_drift_and_verdicts_and_each_headline_its_s
     assert fig1["verdicts"] == {"A": "holds", "B": "does not hold"}
     assert abs(got["headlines"]["perm_fig1: perm"]["drift"] - 0.04) < 1e-12
     assert got["headlines"]["perm_fig1: fedavg"]["drift"] == 0
+    assert abs(got["headlines"]["perm_fig1: final.Local"]["drift"] - 0.1) < 1e-12  # nested numbers too
     assert json.loads((out / "drift.json").read_text()) == got
     md = (out / "drift.md").read_text()
     assert "| perm-fig1-best | perm_fig1 | 0.03 | holds | does not hold |  |" in md
