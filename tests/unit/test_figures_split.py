@@ -17,7 +17,7 @@ from matplotlib.colors import to_rgb  # noqa: E402
 
 from pflkit.figures import charles as draw_charles  # noqa: E402
 from pflkit.figures import chayti as draw_chayti  # noqa: E402
-from pflkit.plotting import method_styles, plt  # noqa: E402
+from pflkit.plotting import plt, series_palette  # noqa: E402
 from pflkit.theory import speedup  # noqa: E402
 from repo_files import load
 
@@ -135,10 +135,10 @@ def test_sweep_figure_draws_one_floor_per_curve_in_its_colour_or_one_shared_grey
     curves, final = curves_and_final([0.1, 0.2])
     fig = draw_chayti.sweep_figure(curves, final, "floor", "what", "data", "scale")
     ax = fig.axes[0]
-    colours = method_styles(list(final["label"]))
+    colours = series_palette(list(final["label"]))
     floors = {line.get_ydata()[0]: to_rgb(line.get_color()) for line in ax.get_lines() if line.get_linestyle() == ":"
               and len(line.get_ydata())}
-    assert floors == {0.1: to_rgb(colours["zeta=0"][0]), 0.2: to_rgb(colours["zeta=1"][0])}
+    assert floors == {0.1: to_rgb(colours["zeta=0"]), 0.2: to_rgb(colours["zeta=1"])}
     assert fig._suptitle.get_text() == "what\ndata (scale)"
     plt.close(fig)
     curves, final = curves_and_final([0.3, 0.3])
@@ -155,7 +155,7 @@ def test_loss_by_task_figure_has_one_panel_per_task_in_run_json_order():
     history = pd.DataFrame([{"task": t, "round": r, "gamma": g, "metric": "train_loss", "value": 1.0 + r + g}
                             for t in labels for r in range(2) for g in (0.0, 0.1)])
     fig = draw_charles.loss_by_task_figure(history, labels, "what", "K=2; femnist: x; cifar100: y")
-    assert [ax.get_title() for ax in fig.axes] == ["F", "C"]
-    assert fig._suptitle.get_text() == "what\nF, C (K=2\nfemnist: x\ncifar100: y)"
+    assert [ax.get_title() for ax in fig.axes] == ["F\nx", "C\ny"]  # each task's dataset and its own scale
+    assert fig._suptitle.get_text() == "what\nK=2"  # two lines: what, and the scale the tasks share
     assert fig.axes[0].get_xlabel() == "communication round" and "nats" in fig.axes[0].get_ylabel()
     plt.close(fig)

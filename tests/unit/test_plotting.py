@@ -36,7 +36,8 @@ def test_curve_figure_draws_each_method_in_its_colour():
             for r in (0, 1, 2) for metric in ("accuracy", "loss")]
     history = pd.DataFrame(rows, columns=["round", "method", "seed", "metric", "value"])
     fig = plotting.accuracy_loss_figure(history, "t", "d", "s")
-    lines = {line.get_label(): line for line in fig.axes[0].get_legend().get_lines()}
+    assert len(fig.legends) == 1 and fig.axes[0].get_legend() is None  # one legend, below the panels
+    lines = {line.get_label(): line for line in fig.legends[0].get_lines()}
     for method in ("PERM", "pFedMe", "FedAvg"):
         assert to_rgb(lines[method].get_color()) == to_rgb(plotting.METHOD_STYLES[method][0])
     plotting.plt.close(fig)

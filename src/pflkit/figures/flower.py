@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import pandas as pd
-from matplotlib.ticker import MaxNLocator
 
 from .. import plotting
 from ..flower import ENGINE_NAMES
-from ..plotting import plt
 
 #: how each engine is drawn over the methods' colours: (line style, marker, marker size, line width)
 ENGINE_STYLES = {"in-process": ("-", "", 0, 2.5), "loopback": ("", "x", 7, 0),
@@ -21,7 +19,7 @@ def figure(history: pd.DataFrame, differences: pd.DataFrame, tolerance: float, d
     diff = differences[differences["metric"] == "accuracy"]
     diff = diff.groupby(["engine", "method", "round"], sort=False)["difference"].mean().reset_index()
     colours = plotting.method_palette(acc["method"].unique())
-    fig, (ax, ax_diff) = plt.subplots(1, 2, figsize=(13, 4.8))
+    fig, (ax, ax_diff) = plotting.panels(2, height=3.2)
     for (engine, method), part in acc.groupby(["engine", "method"], sort=False):
         line, marker, size, width = ENGINE_STYLES[engine]
         ax.plot(part["round"], part["value"], linestyle=line or "none", marker=marker or None, markersize=size,
@@ -37,14 +35,10 @@ def figure(history: pd.DataFrame, differences: pd.DataFrame, tolerance: float, d
     ax_diff.set_yscale("symlog", linthresh=1e-6)
     worst = float(diff["difference"].abs().max()) if len(diff) else 0.0
     ax_diff.set_ylim(-max(1e-3, 2 * worst), max(1e-3, 2 * worst))
-    for a in (ax, ax_diff):
-        a.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("communication round")
-    ax.set_ylabel("personalized test accuracy (fraction correct)")
+    ax.set_ylabel("personalized test accuracy\n(fraction correct)")
     ax_diff.set_xlabel("communication round")
     ax_diff.set_ylabel("accuracy minus in-process (symlog)")
-    ax.legend(fontsize=7)
-    ax_diff.legend(fontsize=7)
     plotting.finish(fig, plotting.title("Flower vs the batched in-process engine: personalized test accuracy",
-                                        data_label, scale))
+                                        data_label, scale), ncol=2)
     return fig
