@@ -23,10 +23,8 @@ result = report.read_result(cfg.results_dir)
 print(result.data_label, "|", result.scale)
 
 # %%
-fig, axes = plotting.plt.subplots(1, 2, figsize=(11, 4.5))
-for ax, (panel, part) in zip(axes, result.frontier.groupby("panel", sort=False)):
-    draw.plot_curves(ax, draw.labelled(part, "L"), hue="L", title=panel)
-plotting.finish(fig, plotting.title("Charles & Konecny Fig. 1: Pareto frontiers (Theta_1:K, alpha = 0, GD)",
-                                    result.data_label, result.scale))
+fig = draw.frontier_figure(draw.labelled(result.frontier, "L"), "panel", "L",
+                           "Charles & Konecny Fig. 1: Pareto frontiers (Theta_1:K, alpha = 0, GD)",
+                           result.data_label, result.scale)
 figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig1_frontiers_gamma_and_K")
 print("wrote", [p.name for p in figure_files])

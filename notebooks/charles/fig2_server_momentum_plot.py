@@ -23,16 +23,8 @@ result = report.read_result(cfg.results_dir)
 print(result.data_label, "|", result.scale)
 
 # %%
-Ls = list(dict.fromkeys(result.frontier["L"]))
-ncols = min(2, len(Ls))
-nrows = -(-len(Ls) // ncols)
-fig, axes = plotting.plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 4.4 * nrows), squeeze=False)
-for ax in axes.flat[len(Ls):]:
-    ax.set_visible(False)
-for ax, L in zip(axes.flat, Ls):
-    draw.plot_curves(ax, result.frontier[result.frontier["L"] == L], hue="ServerOpt", title=f"L = {L:g}")
-    ax.plot([0, 1], [0, 1], color="0.6", linestyle=":", linewidth=1)
-plotting.finish(fig, plotting.title("Charles & Konecny Fig. 2: server momentum (Theta_1:K, gamma = 1/(2L))",
-                                    result.data_label, result.scale))
+fig = draw.frontier_figure(result.frontier, "L", "ServerOpt",
+                           "Charles & Konecny Fig. 2: server momentum (Theta_1:K, gamma = 1/(2L))",
+                           result.data_label, result.scale, diagonal=True)
 figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig2_server_momentum")
 print("wrote", [p.name for p in figure_files])

@@ -2,8 +2,8 @@
 # # Charles & Konecny, Fig. 3 (figure) — proximal client updates (FedProx)
 #
 # Drawn from the files `fig3_proximal` wrote (`results/charles_fig3/frontier.csv` under `dvc repro`,
-# `build/<profile>/charles_fig3/` for a profile's run): one frontier per proximal strength alpha. Nothing is
-# computed here; the look comes from params.yaml's `figures` settings (a change there re-runs this notebook
+# `build/<profile>/charles_fig3/` for a profile's run): one frontier per proximal strength alpha, drawn from
+# wide to narrow (as the paper's Fig. 9) so coinciding frontiers all show. Nothing is computed here; the look comes from params.yaml's `figures` settings (a change there re-runs this notebook
 # alone).
 
 # %% tags=["parameters"]
@@ -23,9 +23,8 @@ result = report.read_result(cfg.results_dir)
 print(result.data_label, "|", result.scale)
 
 # %%
-fig, ax = plotting.plt.subplots(figsize=(5.5, 4.5))
-draw.plot_curves(ax, draw.labelled(result.frontier, "alpha"), hue="alpha")
-plotting.finish(fig, plotting.title("Charles & Konecny Fig. 3: proximal updates (Theta_1:K, GD)",
-                                    result.data_label, result.scale))
+fig = draw.frontier_figure(draw.labelled(result.frontier, "alpha"), None, "alpha",
+                           "Charles & Konecny Fig. 3: proximal updates (Theta_1:K, GD)",
+                           result.data_label, result.scale, layered=True)
 figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig3_proximal")
 print("wrote", [p.name for p in figure_files])

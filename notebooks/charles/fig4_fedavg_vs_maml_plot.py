@@ -3,7 +3,7 @@
 #
 # Drawn from the files `fig4_fedavg_vs_maml` wrote (`results/charles_fig4/frontier.csv` under `dvc repro`,
 # `build/<profile>/charles_fig4/` for a profile's run): Theta_{1:K} (FedAvg) and Theta_K (MAML) frontiers,
-# colour = ServerOpt, dashes = method. Nothing is computed here; the look comes from params.yaml's `figures`
+# colour = ServerOpt; FedAvg wide and pale, MAML dashed on top, so both show where they coincide. Nothing is computed here; the look comes from params.yaml's `figures`
 # settings (a change there re-runs this notebook alone).
 
 # %% tags=["parameters"]
@@ -23,9 +23,8 @@ result = report.read_result(cfg.results_dir)
 print(result.data_label, "|", result.scale)
 
 # %%
-fig, ax = plotting.plt.subplots(figsize=(6.5, 5))
-draw.plot_curves(ax, result.frontier, hue="ServerOpt", style="method")
-plotting.finish(fig, plotting.title("Charles & Konecny Fig. 4: FedAvg (Theta_1:K) vs MAML (Theta_K)",
-                                    result.data_label, result.scale))
+fig = draw.frontier_figure(result.frontier, None, "ServerOpt",
+                           "Charles & Konecny Fig. 4: FedAvg (Theta_1:K) vs MAML (Theta_K)",
+                           result.data_label, result.scale, style="method")
 figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig4_fedavg_vs_maml")
 print("wrote", [p.name for p in figure_files])

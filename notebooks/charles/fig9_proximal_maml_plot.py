@@ -23,14 +23,8 @@ result = report.read_result(cfg.results_dir)
 print(result.data_label, "|", result.scale)
 
 # %%
-fig, ax = plotting.plt.subplots(figsize=(5.5, 4.5))
-frame = draw.labelled(result.frontier, "alpha")
-widths = {a: w for a, w in zip(frame["alpha"].unique(), [6, 4, 2.5, 1])}
-for a, part in frame.groupby("alpha", sort=False):
-    ax.plot(part["rho"], part["delta"], linewidth=widths[a], label=a)
-ax.legend(fontsize=8)
-draw.frontier_axes(ax)
-plotting.finish(fig, plotting.title("Charles & Konecny Fig. 9: proximal MAML (Theta_K, gamma = 1e-7, GD)",
-                                    result.data_label, result.scale))
+fig = draw.frontier_figure(draw.labelled(result.frontier, "alpha"), None, "alpha",
+                           "Charles & Konecny Fig. 9: proximal MAML (Theta_K, gamma = 1e-7, GD)",
+                           result.data_label, result.scale, layered=True)
 figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig9_proximal_maml")
 print("wrote", [p.name for p in figure_files])

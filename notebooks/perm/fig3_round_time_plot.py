@@ -11,9 +11,8 @@ results_dir = None  # None: the compute stage's results for the profile; dvc rep
 figures_dir = None  # None: build/<profile>/figures/<paper>; dvc repro passes figures/<paper>
 
 # %%
-import seaborn as sns
-
 from pflkit import plotting, report
+from pflkit.figures import perm as draw
 from pflkit.paths import resolve
 
 cfg = plotting.FigureConfig.from_namespace(globals())
@@ -23,14 +22,7 @@ times, setting = result.times, result.run_info["config"]
 print(result.data_label, "|", result.scale)
 
 # %%
-workloads = list(dict.fromkeys(times["workload"]))
-fig, axes = plotting.plt.subplots(1, len(workloads), figsize=(6 * len(workloads), 4), squeeze=False)
-for ax, workload in zip(axes[0], workloads):
-    sub = times[times.workload == workload].assign(ms=lambda d: d.seconds * 1e3)
-    sns.barplot(data=sub, x="method", y="ms", errorbar=plotting.band(), ax=ax)
-    ax.set(xlabel="method", ylabel="time per communication round (ms)",
-           title=f"{workload}, N={setting['num_clients']}")
-    ax.tick_params(axis="x", rotation=20)
-plotting.finish(fig, plotting.title("PERM Fig. 3: wall-clock time per round", result.data_label, result.scale))
+fig = draw.round_time_figure(times, setting["num_clients"], "PERM Fig. 3: wall-clock time per round",
+                             result.data_label, result.scale)
 figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig3_round_time")
 print("wrote", [p.name for p in figure_files])

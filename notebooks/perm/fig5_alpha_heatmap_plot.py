@@ -22,10 +22,9 @@ result = report.read_result(cfg.results_dir)
 print(result.data_label, "|", result.scale)
 
 # %%
-fig, (ax_a, ax_s) = plotting.plt.subplots(1, 2, figsize=(12, 5))
-draw.heatmap(ax_a, draw.matrix(result.alpha, "alpha"), "alpha_i(j) (weight)", "learned alpha")
-draw.heatmap(ax_s, draw.matrix(result.alpha, "overlap"), "label-distribution overlap p_i . p_j",
-             "label overlap (for reference)", cmap="mako")
-plotting.finish(fig, plotting.title("PERM Fig. 5: mixing weights of the Fig. 4 run", result.data_label, result.scale))
+fig = draw.heatmaps_figure([(draw.matrix(result.alpha, "alpha"), "alpha_i(j) (weight)", "learned alpha", "viridis"),
+                            (draw.matrix(result.alpha, "overlap"), "label-distribution overlap p_i . p_j",
+                             "label overlap (for reference)", "mako")],
+                           "PERM Fig. 5: mixing weights of the Fig. 4 run", result.data_label, result.scale)
 figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig5_alpha_heatmap")
 print("wrote", [p.name for p in figure_files])

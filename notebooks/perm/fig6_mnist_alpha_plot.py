@@ -23,14 +23,10 @@ summary = result.alpha_summary.set_index("panel")
 print(result.data_label, "|", result.scale)
 
 # %%
-panels = list(summary.index)
-fig, axes = plotting.plt.subplots(1, len(panels), figsize=(6 * len(panels), 5), squeeze=False)
-for ax, name in zip(axes[0], panels):
-    row = summary.loc[name]
-    draw.heatmap(ax, draw.matrix(result.alpha[result.alpha["panel"] == name], "alpha"), "alpha_i(j) (weight)",
-                 f"{name}: same-label mass {row['same_label_mass_mean']:.2f}, "
-                 f"support {row['effective_support_mean']:.1f}", order_label="sorted by majority label")
-plotting.finish(fig, plotting.title("PERM Fig. 6: two-stage PERM mixing weights alpha", result.data_label,
-                                    result.scale))
+mats = [(draw.matrix(result.alpha[result.alpha["panel"] == name], "alpha"), "alpha_i(j) (weight)",
+         f"{name}\nsame-label mass {summary.loc[name, 'same_label_mass_mean']:.2f}, "
+         f"support {summary.loc[name, 'effective_support_mean']:.1f}", "viridis") for name in summary.index]
+fig = draw.heatmaps_figure(mats, "PERM Fig. 6: two-stage PERM mixing weights alpha", result.data_label, result.scale,
+                           order_label="sorted by majority label")
 figure_files = plotting.save_figure(fig, resolve(cfg.figures_dir) / "fig6_mnist_alpha")
 print("wrote", [p.name for p in figure_files])
