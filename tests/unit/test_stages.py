@@ -1,6 +1,7 @@
 """The stage table (pflkit.stages), dvc.yaml generated from it, the import walk behind each stage's
 deps, and the ``tune`` command's refusal of stages it cannot sweep."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -201,3 +202,95 @@ def test_dvc_status_of_a_data_stage_ignores_its_consumers_other_keys(tmp_path):
     params["perm_fig1"]["seeds"] = [*params["perm_fig1"]["seeds"], 99]
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     assert list(json.loads(dvc_run("status", "--json"))) == ["data_perm_synthetic"]
+
+
+# ------------------------------------------------------------------ `dvc exp show` fits a terminal
+def _exp_show_command() -> list[str]:
+    """docs/running.md's `dvc exp show` line: its options."""
+    import re
+    import shlex
+    line = next(line for line in (ROOT / "docs/running.md").read_text().splitlines()
+                if line.startswith("dvc exp show"))
+    return shlex.split(re.sub(r"\s+#.*$", "", line))[3:]
+
+
+def test_exp_show_drops_dependency_hashes_and_per_method_accuracies_but_keeps_params_and_margins():
+    """The documented `--drop` patterns (DVC matches each from the start of a column's name) against the
+    columns `dvc exp show` can show: every dependency's path of both pipelines, `Created` and the per-method
+    accuracies go; every param and every other headline number stays."""
+    import re
+    import yaml
+    args = _exp_show_command()
+    assert "--only-changed" in args
+    drop = re.compile("|".join(a for flag, a in zip(args, args[1:]) if flag == "--drop"))
+    deps = {d for f in ("dvc.yaml", "pipelines/paper/dvc.yaml")
+            for s in yaml.safe_load((ROOT / f).read_text())["stages"].values() for d in s.get("deps", [])}
+    assert deps and all(drop.match(d) for d in deps)
+    assert drop.match("Created") and not drop.match("Experiment")
+
+    def leaves(tree, prefix=""):
+        for key, value in tree.items():
+            name = f"{prefix}{key}"
+            yield from leaves(value, name + ".") if isinstance(value, dict) else [name]
+    params = list(leaves(yaml.safe_load((ROOT / "params.yaml").read_text())))
+    assert not [p for p in params if drop.match(p)]
+    headline = [m for s in stages.compute_stages()
+                for m in leaves(json.loads((ROOT / s.headline_file).read_text()))]
+    kept = [m for m in headline if not drop.match(m)]
+    assert "perm_fig1.perm_margin" in kept and "perm_fig2.perm_alpha_margin" in kept
+    assert {m for m in headline if drop.match(m)} == {m for m in headline if ".accuracy." in m}
+
+
+def test_exp_show_of_the_documented_experiments_fits_120_columns(tmp_path):
+    """The documented command after an experiment like docs/running.md's (perm_fig1's rounds and seeds and a
+    figure's dpi at once), on a scratch project with perm_fig1's headline keys and the same kinds of deps: at its
+    full width (DVC's pager width: the table is never squeezed) no line is wider than 120 columns."""
+    import shutil
+    import yaml
+    dvc = shutil.which("dvc", path=str(Path(sys.executable).parent)) or shutil.which("dvc")
+    git = shutil.which("git")
+    if dvc is None or git is None:
+        pytest.skip("dvc or git not installed")
+    headline = json.loads((ROOT / "results/perm_fig1/headline.json").read_text())
+    (tmp_path / "make.py").write_text(
+        "import json, os, sys, yaml\n"
+        "p = yaml.safe_load(open('params.yaml'))['perm_fig1']\n"
+        "h = json.loads(sys.argv[1])\n"
+        "acc = h['perm_fig1']['accuracy']\n"
+        "h['perm_fig1']['accuracy'] = {m: round(v - 1e-4 * p['rounds'], 6) for m, v in acc.items()}\n"
+        "h['perm_fig1']['perm_margin'] = round(h['perm_fig1']['perm_margin'] + 1e-4 * len(p['seeds']), 4)\n"
+        "os.makedirs('results/perm_fig1', exist_ok=True)\n"
+        "json.dump(h, open('results/perm_fig1/headline.json', 'w'))\n"
+        "for f in ('history.csv', 'metrics.json', 'run.json', 'curves_accuracy.csv'):\n"
+        "    open(f'results/perm_fig1/{f}', 'w').write(repr(p))\n")
+    outs = [f"results/perm_fig1/{f}" for f in ("history.csv", "metrics.json", "run.json", "curves_accuracy.csv")]
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {
+        "perm_fig1": {"cmd": f"python make.py '{json.dumps(headline)}'", "deps": ["make.py"],
+                      "params": ["perm_fig1"], "outs": outs,
+                      "metrics": [{"results/perm_fig1/headline.json": {"cache": False}}]},
+        "perm_fig1_plot": {"cmd": "python -c \"open('fig.txt', 'w').write(open('params.yaml').read())\"",
+                           "deps": outs, "params": ["figures"], "outs": ["fig.txt"]}}}))
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"perm_fig1": {"rounds": 100, "seeds": [0, 1, 2]},
+                                                          "figures": {"dpi": 150}}, default_flow_style=False))
+
+    def run(*args):
+        out = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=180,
+                             env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                                  "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    run(git, "init", "-q")
+    run(dvc, "init", "-q")
+    run(dvc, "config", "core.analytics", "false")
+    run(dvc, "repro", "-q")
+    run(git, "add", "-A")
+    run(git, "commit", "-qm", "baseline")
+    run(dvc, "exp", "run", "-q", "perm_fig1_plot", "-S", "perm_fig1.rounds=50", "-S", "perm_fig1.seeds=[0,1,2,3]",
+        "-S", "figures.dpi=300")
+    table = run(dvc, "exp", "show", *_exp_show_command())
+    assert "perm_fig1.perm_margin" in table and "perm_fig1.rounds" in table and "figures.dpi" in table, table
+    assert "results/" not in table and "accuracy" not in table, table
+    assert max(len(line.rstrip()) for line in table.splitlines()) <= 120, table
+    plain = run(dvc, "exp", "show", "--only-changed")  # what the --drop saves
+    assert max(len(line.rstrip()) for line in plain.splitlines()) > 120
