@@ -2,9 +2,9 @@
 # # Charles & Konecny, Fig. 3 (figure) — proximal client updates (FedProx)
 #
 # Drawn from the files `fig3_proximal` wrote (`results/charles_fig3/frontier.csv` under `dvc repro`,
-# `build/<profile>/charles_fig3/` for a profile's run): one frontier per proximal strength alpha, drawn from
-# wide to narrow (as the paper's Fig. 9) so coinciding frontiers all show. Nothing is computed here; the look comes from params.yaml's `figures` settings (a change there re-runs this notebook
-# alone).
+# `build/<profile>/charles_fig3/` for a profile's run): one frontier per proximal strength alpha, drawn from wide
+# to narrow (as the paper's Fig. 9) so coinciding frontiers all show. Nothing is computed here; the look comes
+# from params.yaml's `figures` settings (a change there re-runs this notebook alone).
 
 # %% tags=["parameters"]
 stage = "charles_fig3_plot"

@@ -2,9 +2,9 @@
 # # Charles & Konecny, Fig. 4 (figure) — FedAvg-style vs MAML-style frontiers
 #
 # Drawn from the files `fig4_fedavg_vs_maml` wrote (`results/charles_fig4/frontier.csv` under `dvc repro`,
-# `build/<profile>/charles_fig4/` for a profile's run): Theta_{1:K} (FedAvg) and Theta_K (MAML) frontiers,
-# colour = ServerOpt; FedAvg wide and pale, MAML dashed on top, so both show where they coincide. Nothing is computed here; the look comes from params.yaml's `figures`
-# settings (a change there re-runs this notebook alone).
+# `build/<profile>/charles_fig4/` for a profile's run): Theta_{1:K} (FedAvg) and Theta_K (MAML) frontiers, colour
+# = ServerOpt; FedAvg wide and pale, MAML dashed on top, so both show where they coincide. Nothing is computed
+# here; the look comes from params.yaml's `figures` settings (a change there re-runs this notebook alone).
 
 # %% tags=["parameters"]
 stage = "charles_fig4_plot"

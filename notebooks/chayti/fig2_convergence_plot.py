@@ -3,10 +3,10 @@
 #
 # Drawn from the files `fig2_convergence` wrote (`results/chayti_fig2/`: `curves.csv` and `final.csv` and
 # `run.json` under `dvc repro`, `build/<profile>/chayti_fig2/` for a profile's run): one panel per setting of
-# params.yaml's `panels` (in its order), the loss of Alone (blue), WGA (green) and BC (orange: the paper's caption) over the
-# steps, each panel titled with the step sizes. Solid: mean loss over runs; band: 10-90% of runs; dashed: the exact expected loss. Nothing is
-# simulated here; the look comes from params.yaml's `figures` settings (a change there re-runs this notebook
-# alone).
+# params.yaml's `panels` (in its order), the loss of Alone (blue), WGA (green) and BC (orange: the paper's
+# caption) over the steps, each panel titled with the step sizes. Solid: mean loss over runs; band: 10-90% of
+# runs; dashed: the exact expected loss. Nothing is simulated here; the look comes from params.yaml's `figures`
+# settings (a change there re-runs this notebook alone).
 
 # %% tags=["parameters"]
 stage = "chayti_fig2_plot"

@@ -1,10 +1,10 @@
 # %% [markdown]
 # # PERM, Theorem 1 (figure) — the estimated mixing weights approach the optimal ones
 #
-# Drawn from what `alpha_convergence` wrote (`convergence.csv`, `own_group_mass.csv`): left, ||w^R - w*||
-# and the mean ||alpha_hat_i - alpha*_i||_1 against the FedAvg rounds R (log-log: the mean over seeds, each seed a
-# thin line; no +-sd band on a log axis); right,
-# how much of each client's alpha lies inside its own group at the last checkpoint.
+# Drawn from what `alpha_convergence` wrote (`convergence.csv`, `own_group_mass.csv`): left, ||w^R - w*|| and the
+# mean ||alpha_hat_i - alpha*_i||_1 against the FedAvg rounds R (log-log: the mean over seeds, each seed a thin
+# line; no +-sd band on a log axis); right, how much of each client's alpha lies inside its own group at the last
+# checkpoint.
 
 # %% tags=["parameters"]
 stage = "perm_alpha_convergence_plot"

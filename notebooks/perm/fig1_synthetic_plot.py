@@ -1,11 +1,11 @@
 # %% [markdown]
 # # PERM, Fig. 1 (figure) — personalized accuracy and loss on synthetic two-group data
 #
-# Drawn from the files `fig1_synthetic` wrote (`results/perm_fig1/` under `dvc repro`, `build/<profile>/perm_fig1/`
-# for a profile's run): mean personalized test accuracy and loss over clients vs rounds, one line per method,
-# band over seeds (on a linear axis only: the loss goes on a log axis, without band, when it spans more than a
-# decade), the per-client majority-class baseline dashed. Nothing is trained here; the look comes from
-# params.yaml's `figures` settings (a change there re-runs this notebook alone).
+# Drawn from the files `fig1_synthetic` wrote (`results/perm_fig1/` under `dvc repro`,
+# `build/<profile>/perm_fig1/` for a profile's run): mean personalized test accuracy and loss over clients vs
+# rounds, one line per method, band over seeds (on a linear axis only: the loss goes on a log axis, without band,
+# when it spans more than a decade), the per-client majority-class baseline dashed. Nothing is trained here; the
+# look comes from params.yaml's `figures` settings (a change there re-runs this notebook alone).
 
 # %% tags=["parameters"]
 stage = "perm_fig1_plot"

@@ -7,8 +7,8 @@ that breaks one). The rules (:data:`RULES`):
 * ``legend-over-data``: no legend box covers a drawn data point, line, band, bar, image or mesh of any panel;
 * ``empty-band``: no empty band between the title and the panels below it; the panels (with their labels,
   colour bars and the legend) fill the figure's width (no small plot in a wide canvas);
-* ``too-wide``: the figure is at most :data:`MAX_WIDTH` inches wide, at most :data:`MAX_ASPECT` times as wide
-  as high, at most :data:`MAX_COLUMNS` panels a row;
+* ``too-wide``: the figure is at most :data:`MAX_WIDTH` inches wide, no text runs past its edges, at most
+  :data:`MAX_ASPECT` times as wide as high, at most :data:`MAX_COLUMNS` panels a row;
 * ``title-lines``: the figure title and every panel title at most two lines, none wider than the figure, no two
   panel titles overlapping;
 * ``round-ticks``: an x axis counting rounds (its label matches :data:`ROUND_AXIS`) has integer tick labels;
@@ -155,6 +155,15 @@ def size(fig, renderer) -> list[str]:
     width, height = drawn.width, drawn.height
     if width > MAX_WIDTH:
         problems.append(f"too-wide: {width:.1f} in wide (at most {MAX_WIDTH})")
+    texts = [*fig.texts, fig._suptitle, *(lg.get_title() for lg in _legends(fig)),
+             *(text for lg in _legends(fig) for text in lg.get_texts())]
+    for ax in fig.axes:
+        texts += [*ax.texts, ax.title, ax.xaxis.label, ax.yaxis.label]
+    for text in texts:
+        if text is not None and text.get_visible() and text.get_text().strip():
+            box = text.get_window_extent(renderer)
+            if box.x0 < -2 or box.x1 > fig.bbox.width + 2:
+                problems.append(f"too-wide: the text {text.get_text()[:60]!r} runs past the figure's edge")
     if height > 0 and width / height > MAX_ASPECT:
         problems.append(f"too-wide: aspect {width / height:.1f} (width / height at most {MAX_ASPECT})")
     rows: dict[float, int] = {}

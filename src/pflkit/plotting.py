@@ -151,7 +151,11 @@ def _fit_width(fig, text, smallest: float = 6.5, width: float | None = None) -> 
     renderer = fig.canvas.get_renderer()
     size = text.get_fontsize()
     width = 0.98 * fig.bbox.width if width is None else width
-    while size > smallest and text.get_window_extent(renderer).width > width:
+    def too_wide():
+        box = text.get_window_extent(renderer)
+        return box.width > width or box.x0 < 0 or box.x1 > fig.bbox.width
+
+    while size > smallest and too_wide():
         size -= 0.5
         text.set_fontsize(size)
 
@@ -227,6 +231,7 @@ def finish(fig, text: str, legend: bool = True, extra: tuple = (), legend_title:
         fig.set_layout_engine("constrained")
     suptitle = fig.suptitle(text, fontsize=11)
     _fit_width(fig, suptitle)
+    fig.canvas.draw()  # lays the panels out, so each title is fitted where it will be drawn
     for ax in figure_lint.data_axes(fig):
         if ax.get_title():
             _fit_width(fig, ax.title, width=1.1 * ax.get_window_extent().width)
@@ -293,18 +298,26 @@ __all__ = ["FigureConfig", "configure", "band", "use_style", "title", "finish", 
            "METHOD_STYLES", "method_styles", "method_palette"]
 
 
-def accuracy_loss_figure(history: pd.DataFrame, what: str, dataset_label: str, scale: str, extra: tuple = ()):
+def accuracy_loss_figure(history: pd.DataFrame, what: str, dataset_label: str, scale: str, notes=()):
     """The PERM curve figures: (a) personalized accuracy, (b) personalized loss, vs rounds; the loss on a log
-    axis (no band) when it spans more than a decade. ``extra``: more legend entries (a diagnostic)."""
-    fig, (ax_acc, ax_loss) = panels(2)
+    axis (no band) when it spans more than a decade. ``notes``: lines of a diagnostic shown in a text panel
+    under the two (read from results files by the caller)."""
+    use_style()
+    notes = list(notes)
+    if notes:
+        fig, grid = plt.subplot_mosaic([["acc", "loss"], ["note", "note"]], layout="constrained",
+                                       height_ratios=[PANEL_HEIGHT, 0.16 * len(notes)],
+                                       figsize=(PAGE_WIDTH, PANEL_HEIGHT + 0.16 * len(notes) + 1.2))
+        ax_acc, ax_loss, ax_note = grid["acc"], grid["loss"], grid["note"]
+        ax_note.axis("off")
+        ax_note.text(0, 1, "\n".join(notes), transform=ax_note.transAxes, ha="left", va="top", fontsize=8)
+    else:
+        fig, (ax_acc, ax_loss) = panels(2)
     plot_curves(ax_acc, history, "accuracy", "personalized test accuracy\n(fraction correct)")
     loss = history[(history["metric"] == "loss") & (history["method"] != BASELINE)]["value"]
     plot_curves(ax_loss, history, "loss", "personalized test loss\n(cross-entropy, nats)", baseline=False,
                 log=spans_decades(loss))
     ax_acc.set_title("(a) accuracy")
     ax_loss.set_title("(b) loss" + (" (log scale)" if ax_loss.get_yscale() == "log" else ""))
-    finish(fig, title(what, dataset_label, scale), extra=extra)
+    finish(fig, title(what, dataset_label, scale))
     return fig
-
-
-

@@ -71,6 +71,12 @@ def too_wide():
     return fig
 
 
+def text_past_the_edge():
+    fig, axes = clean_panels(2)
+    axes[1].set_title("a panel title far too long for its place at the right edge of the figure " * 2)
+    return fig
+
+
 def three_line_title():
     fig, _ = clean_panels()
     fig.suptitle("what\ndata\n(scale; and more)")
@@ -107,7 +113,8 @@ def unlabelled_axes():
 
 
 BROKEN = [("legend-over-data", legend_over_data), ("empty-band", empty_band),
-          ("empty-band", small_plot_in_wide_canvas), ("too-wide", too_wide), ("title-lines", three_line_title),
+          ("empty-band", small_plot_in_wide_canvas), ("too-wide", too_wide), ("too-wide", text_past_the_edge),
+          ("title-lines", three_line_title),
           ("round-ticks", fractional_round_ticks), ("log-ticks", unreadable_log_ticks),
           ("tick-overlap", overlapping_tick_labels), ("axis-labels", unlabelled_axes)]
 

@@ -107,7 +107,7 @@ def speedup_check(ax, check: pd.DataFrame, eta: float, runs: int) -> None:
         ax.errorbar(sub["tau"], sub["speedup_measured"], yerr=2 * sub["speedup_se"], fmt="o", color=color,
                     capsize=3, label=f"N={n}: simulated WGA(a*) (±2 SE)")
     ax.set(xscale="log", yscale="log", xlabel="cumulative bias tau", ylabel="speedup\n(Alone loss / WGA(a*) loss)")
-    ax.set_title(f"(b) simulated check, eta={eta}, {runs} runs per point")
+    ax.set_title(f"(b) simulated check (eta={eta}, {runs} runs a point)")
 
 
 def speedup_figure(heatmap: pd.DataFrame, check: pd.DataFrame, eta: float, runs: int, what: str,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import seaborn as sns
-from matplotlib.lines import Line2D
 
 from ..plotting import BASELINE, band, finish, method_palette, panels, title
 
@@ -38,26 +37,29 @@ def heatmaps_figure(mats: list[tuple[np.ndarray, str, str, str]], what: str, dat
     return fig
 
 
-def alpha_diagnostics(metrics: dict, lrs: dict) -> tuple:
-    """Legend entries that say why each PERM variant ends where it does, from metrics.json's
-    ``alpha_zero_fraction`` and ``largest_step`` (the experiment's ``perm_alpha_effects``) and the other
-    methods' step sizes (run.json ``config.lr``): under Alg. 1's shuffle a visit moves model i by
-    eta * alpha_ij * N, so a tiny largest step leaves PERM's models near their start, and alpha_ij = 0 skips
-    visits. Empty when the stage recorded none."""
+def alpha_diagnostics(metrics: dict, lrs: dict) -> list[str]:
+    """Lines that say why each PERM variant ends where it does, from metrics.json's ``alpha_zero_fraction`` and
+    ``largest_step`` (the experiment's ``perm_alpha_effects``) and the other methods' step sizes (run.json
+    ``config.lr``): under Alg. 1's shuffle a visit moves model i by eta * alpha_ij * N, so a small largest step
+    leaves PERM's models near where they start, and alpha_ij = 0 skips that visit. Empty when the stage
+    recorded none."""
     zero, step = metrics.get("alpha_zero_fraction", {}), metrics.get("largest_step", {})
     others = [v for k, v in lrs.items() if not k.startswith("perm")]
-    entries = []
+    verdict = metrics.get("claim_perm_best", {}).get("holds")
+    lines = []
     for name in step:
         text = (f"{name}: largest step per visit {step[name]:.3g}" if name == "PERM"
                 else f"{name}: every step {step[name]:.3g}")
         if name in zero:
-            text += f", alpha_ij = 0 for {zero[name]:.0%} of pairs"
-        entries.append((Line2D([], [], linestyle="none"), text))
-    if entries and others:
-        entries.append((Line2D([], [], linestyle="none"),
-                        f"(the other methods step with lr {min(others):g}" + (f" to {max(others):g})" if
-                                                                               max(others) != min(others) else ")")))
-    return tuple(entries)
+            text += f"; alpha_ij = 0 for {zero[name]:.0%} of pairs"
+        lines.append(text)
+    if lines and others:
+        lines.append(f"the other methods step with lr {min(others):g}"
+                     + (f" to {max(others):g}" if max(others) != min(others) else ""))
+    if lines:
+        lines.insert(0, {True: "Why PERM is best", False: "Why PERM is not best"}.get(verdict, "PERM's alpha")
+                     + " (a visit to client j moves model i by eta * alpha_ij * N):")
+    return lines
 
 
 def round_time_figure(times: pd.DataFrame, num_clients: int, what: str, data_label: str, scale: str):
