@@ -33,7 +33,7 @@ def test_writers_follow_the_umask(tmp_path, umask):
                io.write_csv(tmp_path / "a.csv", pd.DataFrame({"a": [1]})),
                io.save_checkpoint(tmp_path / "ck" / "a.pt", {"w": torch.zeros(2)})]
     fig, ax = plotting.plt.subplots()
-    written += plotting.save_figure(fig, tmp_path / "fig")
+    written += plotting.save_figure(fig, tmp_path / "fig", lint=False)  # an empty figure: the modes only
     plotting.plt.close(fig)
     assert len(written) == 6
     for path in written:
