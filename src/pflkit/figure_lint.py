@@ -76,6 +76,13 @@ def _data_artists(ax):
             yield artist
 
 
+def _inside(points, box: Bbox) -> bool:
+    """Whether any of the display points (N x 2) lies inside ``box``."""
+    points = np.asarray(points, dtype=float).reshape(-1, 2)
+    return bool(np.any((points[:, 0] >= box.x0) & (points[:, 0] <= box.x1) & (points[:, 1] >= box.y0)
+                       & (points[:, 1] <= box.y1)))
+
+
 def _covers(artist, box: Bbox) -> bool:
     """Whether ``artist`` (in display coordinates) draws anything inside ``box``."""
     if isinstance(artist, Line2D):
@@ -87,14 +94,12 @@ def _covers(artist, box: Bbox) -> bool:
             if path.intersects_bbox(box, filled=False):
                 return True
         if artist.get_marker() not in (None, "None", "none", ""):
-            points = artist.get_transform().transform(xy)
-            return bool(np.any(box.contains(points[:, 0], points[:, 1])))
+            return _inside(artist.get_transform().transform(xy), box)
         return False
     if isinstance(artist, (AxesImage, QuadMesh)):
         return artist.get_window_extent().overlaps(box)
     if isinstance(artist, PathCollection) and len(artist.get_offsets()):
-        points = artist.get_offset_transform().transform(artist.get_offsets())
-        return bool(np.any(box.contains(points[:, 0], points[:, 1])))
+        return _inside(artist.get_offset_transform().transform(artist.get_offsets()), box)
     if isinstance(artist, Collection):
         transform = artist.get_transform()
         return any(transform.transform_path(p).intersects_bbox(box, filled=True) for p in artist.get_paths())

@@ -44,6 +44,14 @@ def legend_over_data():
     return fig
 
 
+def legend_over_points():
+    fig, axes = clean_panels(1)
+    axes[0].scatter([2.0], [8.0], label="a point in the middle")
+    axes[0].plot([2.2], [7.5], marker="o", linestyle="none", label="a marker in the middle")
+    axes[0].legend(loc="center")
+    return fig
+
+
 def empty_band():
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot(np.arange(5), np.arange(5))
@@ -112,7 +120,7 @@ def unlabelled_axes():
     return fig
 
 
-BROKEN = [("legend-over-data", legend_over_data), ("empty-band", empty_band),
+BROKEN = [("legend-over-data", legend_over_data), ("legend-over-data", legend_over_points), ("empty-band", empty_band),
           ("empty-band", small_plot_in_wide_canvas), ("too-wide", too_wide), ("too-wide", text_past_the_edge),
           ("title-lines", three_line_title),
           ("round-ticks", fractional_round_ticks), ("log-ticks", unreadable_log_ticks),
