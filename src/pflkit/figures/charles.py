@@ -60,14 +60,17 @@ def plot_curves(ax, frame: pd.DataFrame, hue: str, style: str | None = None, tit
 
 
 def plot_simulated(ax, frame: pd.DataFrame, title: str | None = None, palette: dict | None = None):
-    """Simulated MAML points (one colour per d) over the analytic FedAvg frontier (black line)."""
+    """Simulated MAML points (one colour per d, the first d's points largest so that coinciding points of every d
+    show) over the analytic FedAvg frontier (black line)."""
     fedavg = frame[frame["d"] == 0]
     maml = frame[frame["d"] > 0]
     ax.plot(fedavg["rho"], fedavg["delta"], color="black", linewidth=1.5, label=fedavg["method"].iloc[0]
             if len(fedavg) else "FedAvg (Theta_1:K)")
     palette = palette or series_palette(maml["method"])
-    for method, part in maml.groupby("method", sort=False):
-        ax.scatter(part["rho"], part["delta"], s=10, linewidth=0, color=palette[method], label=method, zorder=3)
+    groups = list(maml.groupby("method", sort=False))
+    sizes = layered_widths(len(groups), widest=18.0, narrowest=4.0)  # later (smaller) points on top: both show
+    for (method, part), size in zip(groups, sizes if len(groups) > 1 else [8.0]):
+        ax.scatter(part["rho"], part["delta"], s=size, linewidth=0, color=palette[method], label=method, zorder=3)
     return frontier_axes(ax, title)
 
 
