@@ -1,9 +1,7 @@
-"""The figure lint (pflkit.figure_lint): it fails a figure made to break each of its rules, passes the same figure
-drawn the shared way (pflkit.plotting: panels, finish), and passes every figure every plot stage draws from the
-smoke profile's results (each saved through plotting.save_figure, which refuses a figure the lint fails)."""
+"""The figure lint (pflkit.figure_lint): it fails a figure made to break each of its rules and passes the same figure
+drawn the shared way (pflkit.plotting: panels, finish). That every figure every plot stage draws passes it:
+tests/regression/test_figure_lint_smoke.py, after the notebooks wrote the smoke results."""
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -191,36 +189,3 @@ def test_chayti_fig2_colours_are_the_captions():
     """Chayti et al. Fig. 2: "Bias Correction (orange) to WGA (green) and training alone (blue)"."""
     palette = plotting.method_palette(["Alone", "WGA", "BC"])
     assert palette == {"Alone": "#0072B2", "WGA": "#009E73", "BC": "#E69F00"}
-
-
-# ---------------------------------------------------------------- every plot stage's figures pass
-def smoke_results(source: str) -> Path:
-    """build/smoke/<source>/, run first (`python -m pflkit stage <source> --profile smoke`) when it is missing."""
-    folder = ROOT / "build" / "smoke" / source
-    if not (folder / "metrics.json").is_file():
-        run = subprocess.run([sys.executable, "-m", "pflkit", "stage", source, "--profile", "smoke"], cwd=ROOT,
-                             capture_output=True, text=True)
-        assert run.returncode == 0, run.stderr[-3000:]
-    return folder
-
-
-def draw_plot_stage(stage, results: Path, figures: Path) -> None:
-    """Run the plot notebook's twin in this process with its smoke parameters, reading ``results``, writing
-    ``figures`` (every figure through plotting.save_figure, so through the lint)."""
-    code = (ROOT / stage.notebook).read_text()
-    code = re.sub(r"^results_dir = None", f"results_dir = {str(results)!r}", code, flags=re.M)
-    code = re.sub(r"^figures_dir = None", f"figures_dir = {str(figures)!r}", code, flags=re.M)
-    assert f"results_dir = {str(results)!r}" in code and f"figures_dir = {str(figures)!r}" in code
-    try:
-        exec(compile(code, str(stage.notebook), "exec"), {"__name__": "__main__"})
-    finally:
-        plt.close("all")
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("stage", PLOT_STAGES, ids=[s.name for s in PLOT_STAGES])
-def test_every_plot_stage_draws_figures_that_pass_the_lint(stage, tmp_path, monkeypatch):
-    monkeypatch.chdir(ROOT)
-    draw_plot_stage(stage, smoke_results(stage.source), tmp_path)
-    for name in stage.figure_names:
-        assert (tmp_path / f"{name}.png").is_file() and (tmp_path / f"{name}.svg").is_file(), name
