@@ -120,7 +120,7 @@ def summary(table: list[dict]) -> str:
     machines = Counter(f"{r['cpu']}, {r['threads']} torch thread(s)" for r in default)
     return (f"`make reproduce` runs {len(default)} stages in {duration(str(sum(float(r['seconds']) for r in default)))}"
             f" on {', '.join(m for m, _ in machines.most_common())} (the data stages, seconds each, and the set-up "
-            "above come on top; per stage: docs/running.md).\n")
+            "in the table below come on top; per stage: docs/running.md).\n")
 
 
 def main() -> int:
