@@ -230,8 +230,8 @@ COMMANDS = {"data": run_data, "stage": run_stage_command, "reproduce": run_repro
 def hide_slow_optional_modules() -> None:
     """Make ``rfc3987_syntax`` unimportable in this process. jsonschema (under nbformat and papermill) imports it
     when installed (jupyter-events' ``jsonschema[format-nongpl]`` installs it) for its "iri" string format, and
-    its import builds 39 Earley parsers: 1.0 s of every stage command on a 2-core Xeon, for a format that no
-    notebook schema uses. jsonschema skips a format whose checker cannot be imported."""
+    its import builds 39 Earley parsers, a second of every stage command (docs/benchmarks.md), for a format that
+    no notebook schema uses. jsonschema skips a format whose checker cannot be imported."""
     sys.modules.setdefault("rfc3987_syntax", None)
 
 

@@ -277,7 +277,11 @@ def measure_baseline() -> int:
 
 def _run_to_end(cmd: list[str], **popen) -> tuple[int, int]:
     """Run ``cmd`` to its end: (exit code, peak RSS in bytes of the largest process of its tree)."""
-    proc = subprocess.Popen(cmd, **popen)
+    return _reap(subprocess.Popen(cmd, **popen))
+
+
+def _reap(proc: subprocess.Popen) -> tuple[int, int]:
+    """Wait for ``proc``: (exit code, peak RSS in bytes of the largest process of its tree)."""
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
     return proc.returncode, usage.ru_maxrss * 1024
@@ -330,9 +334,7 @@ def run_logged(cmd: list[str], log: Path, echo: str) -> tuple[int, int]:
             if line.startswith(echo):
                 print("    " + line, end="", file=sys.stderr, flush=True)
         proc.stdout.close()
-        _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
-    return proc.returncode, usage.ru_maxrss * 1024
+        return _reap(proc)
 
 
 def _diverged_cells(root: Path, target: str, stage: str) -> int:
