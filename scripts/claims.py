@@ -578,8 +578,7 @@ def main(argv=None, root: Path = ROOT) -> list[dict]:
     else:  # by hand: nothing DVC tracks is touched
         out = root / BY_HAND
         write(out / "claims.csv", to_csv(rows))
-        write(out / "claims.md", "\n\n".join(to_markdown([r for r in rows if r["profile"] == p], p)
-                                             for p in profiles))
+        write(out / "claims.md", "\n\n".join(to_markdown(rows, p) for p in profiles))  # it keeps p's rows
         pages = notebook_pages(stages, profiles, root, html_dir=out / "html")
         page = out / "index.html"
         write(page, to_html(rows, profiles, stages, root, pages, page_dir=out))
