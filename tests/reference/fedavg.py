@@ -55,8 +55,9 @@ def local_sgd(factory, stacked: dict, data: FederatedDataset, schedule: torch.Te
 
 
 def fedavg(factory, w0: dict, data: FederatedDataset, rounds: int, local_steps: int, lr: float,
-           batch_size: int | None, seed: int, weighting: str = "uniform") -> list[dict]:
-    """Full-participation FedAvg, one client at a time; returns w after every round."""
+           batch_size: int | None, seed: int, weighting: str = "uniform", combine=None) -> list[dict]:
+    """Full-participation FedAvg, one client at a time; returns w after every round. ``combine``: the server's
+    rule over the list of local models instead of the weighted mean (``reference.robust.combine``)."""
     gen = torch.Generator().manual_seed(seed)
     n = data.num_clients
     w = {k: v.clone() for k, v in w0.items()}
@@ -68,7 +69,8 @@ def fedavg(factory, w0: dict, data: FederatedDataset, rounds: int, local_steps: 
                              None if idx is None else idx[:, j]) for j in range(n)]
         weights = data.train_sizes.double() if weighting == "samples" else torch.ones(n, dtype=torch.float64)
         weights = weights / weights.sum()
-        w = {k: sum(float(weights[j]) * locals_[j][k] for j in range(n)) for k in w}
+        w = combine(locals_) if combine is not None else \
+            {k: sum(float(weights[j]) * locals_[j][k] for j in range(n)) for k in w}
         history.append(w)
     return history
 

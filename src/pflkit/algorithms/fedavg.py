@@ -13,8 +13,8 @@ from ..engine.local_sgd import expand_schedule, local_sgd
 from ..engine.params import Params, broadcast
 from ..checks import check_positive
 from .base import BaseState, check_batch_size, eval_generator
-from .round import (WEIGHTINGS, Outputs, Pass, PassRound, aggregate, client_weights, local_round, project_ball,
-                    sample_clients)
+from .round import (WEIGHTINGS, Outputs, Pass, PassRound, aggregate, check_aggregator, client_weights, local_round,
+                    project_ball, sample_clients)
 from .server_opt import ServerOpt
 
 
@@ -72,17 +72,21 @@ class FederatedRound(PassRound):
     (``sends = 'models'``: the server steps towards their average, ``ServerOpt.step_to``; plain GD at
     lr 1 is FedAvg's averaging) or pseudo-gradients (``'pseudo_gradients'``: LocalUpdate's q, the server
     steps with their average, ``ServerOpt.step``). ``radius`` projects the server model onto the l2 ball
-    after each round (Alg. 3's optional projection; None = off). Personalized model: the server model for
-    every client, unless the method says otherwise (``personalize_pass``)."""
+    after each round (Alg. 3's optional projection; None = off). ``aggregator`` (``round.AGGREGATORS``): how the
+    outputs are combined, their mean or (robust to a few bad clients, unweighted) their coordinate-wise median
+    or trimmed mean (``trim_fraction`` cut from each tail), as Flower's FedMedian / FedTrimmedAvg. Personalized
+    model: the server model for every client, unless the method says otherwise (``personalize_pass``)."""
 
     sends = "models"
     #: the client step a round asks its participants for
     client_step = "local_models"
     radius: float | None = None
+    aggregator, trim_fraction = "mean", 0.2
     tolerates_missing = True  # a participant that does not answer is left out of the round's average
 
     def set_round(self, *, batch_size, clients_per_round, weighting: str = "uniform",
-                  server_opt: ServerOpt | None = None, radius: float | None = None):
+                  server_opt: ServerOpt | None = None, radius: float | None = None, aggregator: str = "mean",
+                  trim_fraction: float = 0.2):
         """Check and set the round's settings."""
         self.batch_size = check_batch_size(batch_size)
         self.clients_per_round = None if clients_per_round is None else \
@@ -94,6 +98,8 @@ class FederatedRound(PassRound):
             raise ValueError(f"server_opt must be a ServerOpt (gd, heavy_ball, nesterov, adam), got {server_opt!r}")
         self.server_opt = server_opt or ServerOpt("gd", 1.0)
         self.radius = None if radius is None else check_positive("radius", radius)
+        self.aggregator = check_aggregator(aggregator, trim_fraction, weighting)
+        self.trim_fraction = float(trim_fraction)
 
     def init(self, data: FederatedDataset, seed: int, x0: Params | None = None) -> FedAvgState:
         w = self.model.init(seed) if x0 is None else {k: v.clone() for k, v in x0.items()}
@@ -116,7 +122,8 @@ class FederatedRound(PassRound):
         out = yield self.client_pass(s, clients)
         if isinstance(out, Outputs):  # some participants did not answer: the round goes on without them
             clients = clients[out.answered]
-        avg = aggregate(out, client_weights(s.data, clients, self.weighting))
+        avg = aggregate(out, client_weights(s.data, clients, self.weighting), aggregator=self.aggregator,
+                        trim_fraction=self.trim_fraction)
         step = self.server_opt.step_to if self.sends == "models" else self.server_opt.step
         w, server = step(s.w, avg, s.server)
         if self.radius is not None:
@@ -137,12 +144,12 @@ class FedAvg(FederatedRound):
 
     def __init__(self, model: FunctionalModel, *, local_steps: int, lr: float, batch_size: int | None,
                  clients_per_round: int | None = None, weighting: str = "uniform", radius: float | None = None,
-                 server_opt: ServerOpt | None = None):
+                 server_opt: ServerOpt | None = None, aggregator: str = "mean", trim_fraction: float = 0.2):
         self.model = model
         self.local_steps = check_positive("local_steps", local_steps, integer=True)
         self.lr = check_positive("lr", lr)
         self.set_round(batch_size=batch_size, clients_per_round=clients_per_round, weighting=weighting,
-                       server_opt=server_opt, radius=radius)
+                       server_opt=server_opt, radius=radius, aggregator=aggregator, trim_fraction=trim_fraction)
 
     def local_models(self, w: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
         """The participants' local models [M, ..] from the global model w (``local_round``)."""

@@ -30,6 +30,9 @@ from ..engine.local_sgd import local_sgd
 from ..engine.params import Params, apply_masks, broadcast, mean
 
 WEIGHTINGS = ("uniform", "samples")
+#: how the server combines the participants' outputs: their (weighted) mean, or, robust to a few bad clients,
+#: the coordinate-wise median and trimmed mean as Flower's FedMedian and FedTrimmedAvg define them (unweighted)
+AGGREGATORS = ("mean", "median", "trimmed_mean")
 
 
 def takes_every_client(num_clients: int, clients_per_round: int | None) -> bool:
@@ -65,14 +68,61 @@ def local_round(model, w: Params, data: FederatedDataset, clients: Tensor, *, st
     return local
 
 
+def check_aggregator(aggregator: str, trim_fraction: float = 0.2, weighting: str = "uniform") -> str:
+    """``aggregator`` if it is one of ``AGGREGATORS`` and fits the other settings (``trim_fraction`` in [0, 0.5),
+    as Flower's FedTrimmedAvg's ``beta``; the robust aggregators are unweighted: ``weighting`` 'uniform')."""
+    if aggregator not in AGGREGATORS:
+        raise ValueError(f"aggregator must be one of {AGGREGATORS}, got {aggregator!r}")
+    if isinstance(trim_fraction, bool) or not isinstance(trim_fraction, (int, float)) \
+            or not 0 <= trim_fraction < 0.5:
+        raise ValueError(f"trim_fraction must be a number in [0, 0.5) (the share cut from each tail), "
+                         f"got {trim_fraction!r}")
+    if aggregator != "mean" and weighting != "uniform":
+        raise ValueError(f"aggregator {aggregator!r} is unweighted (as Flower's FedMedian / FedTrimmedAvg): "
+                         f"weighting must be 'uniform' with it, got {weighting!r}")
+    return aggregator
+
+
+def robust_mean(local: Params, aggregator: str, trim_fraction: float = 0.2) -> Params:
+    """Every coordinate over the participants' outputs (stacked [M, ..]): their median (``'median'``, the mean of
+    the two middle values when M is even, as ``numpy.median``, which Flower's FedMedian takes), or their mean
+    after cutting ``int(trim_fraction * M)`` of the smallest and as many of the largest values
+    (``'trimmed_mean'``, Flower's FedTrimmedAvg's ``trim_mean``). A share below one half of the participants
+    moves neither beyond the range of the others' values."""
+    check_aggregator(aggregator, trim_fraction)
+    out = {}
+    for k, v in local.items():
+        m = v.shape[0]
+        s = v.sort(0).values
+        if aggregator == "median":
+            out[k] = s[m // 2] if m % 2 else (s[m // 2 - 1] + s[m // 2]) / 2
+        elif aggregator == "trimmed_mean":
+            cut = int(trim_fraction * m)
+            out[k] = s[cut:m - cut].mean(0)
+        else:
+            raise ValueError(f"robust_mean takes 'median' or 'trimmed_mean', got {aggregator!r}")
+    return out
+
+
 def aggregate(local: Params, weights: Tensor | None = None, radius: float | None = None, *,
-              masks: Params | None = None, base: Params | None = None) -> Params:
+              masks: Params | None = None, base: Params | None = None, aggregator: str = "mean",
+              trim_fraction: float = 0.2) -> Params:
     """The server's average of the participants' outputs (stacked [M, ..]), weights normalised; with
     ``radius`` the average is projected onto the l2 ball of that radius (PERM's Alg. 3).
+
+    ``aggregator`` (``AGGREGATORS``): ``'mean'`` that average; ``'median'`` / ``'trimmed_mean'`` the robust,
+    unweighted coordinate-wise statistics of :func:`robust_mean` instead (no ``weights``, no ``masks``).
 
     With ``masks`` (partial training: each output covers its sub-model only) every coordinate is
     averaged over the participants whose mask covers it, w_c = sum_j M_jc u_jc / sum_j M_jc, and a
     coordinate nobody covers keeps its value in ``base``."""
+    if aggregator != "mean":
+        check_aggregator(aggregator, trim_fraction)
+        if weights is not None or masks is not None:
+            raise ValueError(f"aggregator {aggregator!r} takes no weights and no masks (it is unweighted and "
+                             "covers every coordinate)")
+        w = robust_mean(local, aggregator, trim_fraction)
+        return w if radius is None else project_ball(w, radius)
     if masks is not None:
         if weights is not None or radius is not None or base is None:
             raise ValueError("a masked aggregate takes base (the values of uncovered coordinates), "
