@@ -108,10 +108,14 @@ class Cut:
             * (self.clients_full / self.clients_run)
 
 
+#: the PERM sections a curve stage may carry (experiments.curves.PERM_VARIANTS; a null one is skipped)
+PERM_SECTIONS = ("perm", "perm_alpha", "perm_torchfed")
+
+
 def _perm_horizon(values: Mapping[str, Any]) -> int:
     """Rounds past the warm-up and the first alpha update of every PERM section of a stage (0: none)."""
     out = 0
-    for key in ("perm", "perm_alpha"):
+    for key in PERM_SECTIONS:
         section = values.get(key)
         if not isinstance(section, Mapping):
             continue
@@ -159,7 +163,7 @@ def cut_values(stage: str, values: Mapping[str, Any], rounds: int | None = None,
             cut.settings_run *= len(v[key])
     target = rounds if rounds is not None else max(CURVE_ROUNDS, _perm_horizon(v))
     if "alpha_file" in v:  # the stage saves PERM's alpha (perm_fig4, for perm_fig5): it needs a round past the warm-up
-        target = max(target, max((v[k].get("warmup_rounds", 0) or 0 for k in ("perm", "perm_alpha")
+        target = max(target, max((v[k].get("warmup_rounds", 0) or 0 for k in PERM_SECTIONS
                                   if isinstance(v.get(k), Mapping)), default=0) + 1)
     for key in ("rounds", "fedavg_rounds"):
         if isinstance(v.get(key), int):

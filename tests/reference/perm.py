@@ -54,3 +54,44 @@ def shuffle_round(factory, v: dict, data: FederatedDataset, alpha: torch.Tensor,
         out.append(sgd_steps(factory, {k: p[i] for k, p in v.items()}, data, [c] * local_steps,
                              [eta] * local_steps, idx[:, i]))
     return {k: torch.stack([o[k] for o in out]) for k in out[0]}
+
+
+def pearson(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The sample Pearson correlation of two vectors, one sum at a time (deviations over n - 1, as torch.std)."""
+    a, b = a.double().tolist(), b.double().tolist()
+    n = len(a)
+    ma, mb = sum(a) / n, sum(b) / n
+    sa = (sum((x - ma) ** 2 for x in a) / (n - 1)) ** 0.5 + 1e-8
+    sb = (sum((x - mb) ** 2 for x in b) / (n - 1)) ** 0.5 + 1e-8
+    return sum((x - ma) / sa * (y - mb) / sb for x, y in zip(a, b)) / (n - 1)
+
+
+def gradient_correlation(grads: dict) -> torch.Tensor:
+    """TorchFed fedshuffle's alpha, pair by pair: per parameter tensor the Pearson correlation of every two
+    clients' gradients, averaged over the tensors where client 0's gradient is not constant (and D >= 2)."""
+    total, count = None, 0
+    for g in grads.values():
+        x = g.flatten(1)
+        n = x.shape[0]
+        if x.shape[1] < 2 or pearson(x[0], x[0]) < 0.99:
+            continue
+        corr = torch.tensor([[pearson(x[i], x[j]) for j in range(n)] for i in range(n)], dtype=torch.float64)
+        total, count = (corr if total is None else total + corr), count + 1
+    return total / count
+
+
+def interpolate_round(factory, v: dict, data: FederatedDataset, alpha: torch.Tensor, sigma: torch.Tensor, step: int,
+                      local_steps: int, lr: float, batch_size: int, generator: torch.Generator) -> dict:
+    """TorchFed fedshuffle's visit, model by model: model i on client c = sigma[(i + step) % N] takes K plain SGD
+    steps lr from v_i to u_i, then v_i <- v_i + a (u_i - v_i) with a = alpha[i, c] clipped to [0, 1]."""
+    n = data.num_clients
+    clients = [int(sigma[(i + step) % n]) for i in range(n)]
+    schedule = torch.tensor(clients).unsqueeze(0).expand(local_steps, n)
+    idx = data.sample_indices(schedule, batch_size, generator)
+    out = []
+    for i, c in enumerate(clients):
+        start = {k: p[i] for k, p in v.items()}
+        u = sgd_steps(factory, start, data, [c] * local_steps, [lr] * local_steps, idx[:, i])
+        a = min(max(float(alpha[i, c]), 0.0), 1.0)
+        out.append({k: start[k] + a * (u[k] - start[k]) for k in start})
+    return {k: torch.stack([o[k] for o in out]) for k in out[0]}

@@ -458,3 +458,93 @@ def test_perm_sampled_alpha_pass_counts_in_the_memory_estimate(stage):
     assert key == "perm.alpha_samples"
     features = cfg.dim + 1 if stage == "perm_fig1" else 28 * 28  # the synthetic data / the substitute's images
     assert need - base.memory_estimate()[0] >= cfg.num_clients * 10 ** 7 * 4 * features * 0.99
+
+
+# --------------------------------------------------------------------------- TorchFed's fedshuffle rule
+def test_gradient_correlation_equals_its_pairwise_twin():
+    from pflkit.algorithms.perm import gradient_correlation
+    g = torch.Generator().manual_seed(4)
+    grads = {"w": torch.randn(5, 3, 4, generator=g), "b": torch.randn(5, 3, generator=g),
+             "one": torch.randn(5, 1, generator=g),  # D = 1: no sample deviation, left out
+             "dead": torch.zeros(5, 6)}  # client 0's gradient constant: left out, as the source skips it
+    got = gradient_correlation(grads)
+    want = ref.gradient_correlation({k: grads[k] for k in ("w", "b")})
+    torch.testing.assert_close(got, want, atol=1e-9, rtol=0)
+    torch.testing.assert_close(got, got.T)
+    assert got.diagonal().min() > 0.999 and got.abs().max() <= 1.0
+    with pytest.raises(ValueError, match="non-constant gradient"):
+        gradient_correlation({"dead": torch.zeros(5, 6)})
+
+
+def test_interpolated_visits_equal_the_model_by_model_twin(mixed):
+    from pflkit.algorithms.perm import interpolate_visits, interpolation_weights
+    from pflkit.engine.local_sgd import local_sgd
+    factory = lambda: mlp((6,), 3, hidden=(7,))  # noqa: E731
+    model = FunctionalModel(factory)
+    n = mixed.num_clients
+    g = torch.Generator().manual_seed(0)
+    v = {k: torch.randn(n, *p.shape, generator=g) * 0.3 for k, p in model.init(0).items()}
+    alpha = torch.rand(n, n, generator=g, dtype=torch.float64) * 2.4 - 1.2  # negatives and > 1: clipped
+    sigma = torch.randperm(n, generator=g)
+    got, want = v, v
+    for step in range(n):
+        clients = shuffle_clients(sigma, step)
+        local, _ = local_sgd(model, got, mixed, clients, steps=3, lr=0.1, batch_size=4, generator=make_generator(step))
+        got = interpolate_visits(got, local, interpolation_weights(alpha, clients))
+        want = ref.interpolate_round(factory, want, mixed, alpha, sigma, step, 3, 0.1, 4, make_generator(step))
+    for k in got:
+        torch.testing.assert_close(got[k], want[k], atol=1e-5, rtol=1e-5)
+
+
+def _fedshuffle(model, **kw):
+    return PERM(model, local_steps=3, lr=0.5, batch_size=4, lam=1.0, warmup_rounds=2, alpha_init="correlation",
+                update_every=None, visit="interpolate", **kw)
+
+
+def test_interpolated_visit_is_the_local_result_scaled_by_alpha_never_a_larger_step():
+    """The property that tells TorchFed's rule from Alg. 1: a visit moves model i by a (u_i - v_i), a in [0, 1],
+    where u_i is K plain steps from v_i; Alg. 1 steps eta * alpha_ic * N, larger than the plain step whenever
+    alpha_ic > 1 / N (here: by a factor of up to N alpha_max)."""
+    from pflkit.engine.local_sgd import local_sgd
+    data = perm_synthetic(6, 40, 5, seed=0)
+    model = FunctionalModel(lambda: logistic((5,), 2))
+    algo = _fedshuffle(model)
+    s = algo.init(data, 0)
+    for _ in range(2):  # the warm-up: FedAvg, then alpha estimated at its model, v_i = the initial model
+        s = algo.round(s)
+    assert s.alpha is not None and torch.allclose(s.alpha, s.alpha.T)
+    start = broadcast(model.init(0), 6)
+    for k in start:
+        torch.testing.assert_close(s.v[k], start[k])
+    seen = []
+    for _ in range(8):
+        before, gen = s.v, s.generator.get_state()
+        sigma_before = s.sigma
+        s = algo.round(s)
+        step = (s.shuffle_round - 1) % 6
+        clients = shuffle_clients(s.sigma, step)
+        g = torch.Generator()
+        g.set_state(gen)
+        if sigma_before is None:
+            torch.randperm(6, generator=g)  # the one permutation is drawn first
+        local, _ = local_sgd(model, before, data, clients, steps=3, lr=0.5, batch_size=4, generator=g)
+        a = s.alpha[torch.arange(6), clients].clamp(0, 1)
+        for k in before:
+            moved, plain = (s.v[k] - before[k]).flatten(1), (local[k] - before[k]).flatten(1)
+            torch.testing.assert_close(moved, a[:, None].float() * plain, atol=1e-6, rtol=1e-5)
+            assert bool((moved.norm(dim=1) <= plain.norm(dim=1) + 1e-6).all())
+        seen.append(s.sigma)
+    assert all(torch.equal(x, seen[0]) for x in seen)  # one permutation, rolled: never redrawn after an epoch
+    alg1 = PERM(model, local_steps=3, lr=0.5, batch_size=4, lam=1.0)
+    s1 = alg1.init(data, 0)
+    s1.alpha = torch.full((6, 6), 0.02, dtype=torch.float64).fill_diagonal_(0.9)
+    from pflkit.algorithms.perm import shuffle_step_sizes
+    assert float(shuffle_step_sizes(s1.alpha, torch.arange(6), 0.5).max()) == pytest.approx(0.5 * 0.9 * 6)
+
+
+def test_correlation_alpha_goes_with_interpolated_visits_only():
+    model = FunctionalModel(lambda: logistic((5,), 2))
+    with pytest.raises(ValueError, match="alpha_init='correlation'"):
+        PERM(model, local_steps=1, lr=0.1, batch_size=2, lam=1.0, alpha_init="correlation")
+    with pytest.raises(ValueError, match="visit='interpolate'"):
+        PERM(model, local_steps=1, lr=0.1, batch_size=2, lam=1.0, visit="interpolate")

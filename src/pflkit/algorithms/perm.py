@@ -31,6 +31,13 @@ alpha_ij and takes the K steps there with the plain step eta. The same local ste
 same expected step mass per client per epoch as Alg. 1, but every step is non-zero and of size eta; a
 client may host several models in a round (or none), so the per-round communication pattern is not
 the Latin square of Alg. 1. ``benchmarks/results/perm_investigation.md`` compares the two.
+``'interpolate'`` is the rule of ``fedshuffle`` in MLOPTPSU/TorchFed (branch ``config``, by a PERM co-author;
+docs/papers.md compares it with Alg. 1 point by point): the Latin square of Alg. 1 from ONE permutation, rolled
+by one each round and never redrawn; model i takes K plain SGD steps eta on its host c, giving u_i, and is then
+moved towards that local result by its weight, v_i <- v_i + a_ic (u_i - v_i) with a_ic = alpha_ic clipped to
+[0, 1] (a negative weight: the visit leaves v_i where it is). A visit's update is the local one scaled by
+a_ic, never larger; personalization starts from the initial model, as in the source (the warm-up serves
+alpha only). With ``alpha_init='correlation'`` alpha is the source's estimate (``gradient_correlation``).
 """
 from __future__ import annotations
 
@@ -51,8 +58,8 @@ from .base import BaseState, check_batch_size, eval_generator
 from .round import Pass, PassRound, aggregate, local_round, mask_extra, masks_of, run_passes
 
 ALPHA_SOLVERS = ("exact", "gd")
-ALPHA_INITS = ("uniform", "estimate")
-VISITS = ("shuffle", "alpha")
+ALPHA_INITS = ("uniform", "estimate", "correlation")
+VISITS = ("shuffle", "alpha", "interpolate")
 
 
 # --------------------------------------------------------------------------- mixing weights
@@ -186,6 +193,44 @@ def mixing_weights(model: FunctionalModel, w: Params, data: FederatedDataset, la
     return alpha_from_gradients(grads, data.train_sizes, lam, solver=solver, steps=steps, init=init)
 
 
+def gradient_correlation(grads: Params) -> Tensor:
+    """alpha [N, N] as ``fedshuffle``'s ``calc_clients_coefficient_centered`` estimates it: for every parameter
+    tensor, the Pearson correlation between the clients' gradient rows ([N, D], each row centred and divided by
+    its sample standard deviation + 1e-8, then X X^T / (D - 1)), averaged over the tensors. A tensor is left out
+    when client 0's self-correlation is below 0.99 (its gradient is constant there, as the source skips it) or
+    when it has fewer than 2 entries (no sample deviation). The result is symmetric, in [-1, 1], not a mixing
+    vector: its rows need not sum to 1."""
+    total, count = None, 0
+    for g in grads.values():
+        x = g.detach().double().flatten(1)
+        if x.shape[1] < 2:
+            continue
+        x = (x - x.mean(1, keepdim=True)) / (x.std(1, keepdim=True) + 1e-8)
+        corr = x @ x.T / (x.shape[1] - 1)
+        if not float(corr[0, 0]) >= 0.99:
+            continue
+        total, count = (corr if total is None else total + corr), count + 1
+    if total is None:
+        raise ValueError("gradient_correlation: no parameter tensor with a non-constant gradient of client 0")
+    return total / count
+
+
+def interpolation_weights(alpha: Tensor, clients: Tensor) -> Tensor:
+    """visit='interpolate': model i's weight a_i = alpha_i(c_i) on its host c_i, clipped to [0, 1], [N] float32."""
+    n = len(clients)
+    return alpha[torch.arange(n), clients.to(alpha.device)].clamp(0.0, 1.0).float()
+
+
+def interpolate_visits(v: Params, local: Params, weights: Tensor) -> Params:
+    """v_i + a_i (u_i - v_i) for every model i: the visiting models ``v`` moved towards their local results
+    ``local`` by ``weights`` a [N] (in [0, 1]: never further than the local result)."""
+    out = {}
+    for k, p in v.items():
+        a = weights.to(p.device, p.dtype).reshape(-1, *([1] * (p.dim() - 1)))
+        out[k] = p + a * (local[k] - p)
+    return out
+
+
 # --------------------------------------------------------------------------- shuffling
 def shuffle_clients(sigma: Tensor, step: int) -> Tensor:
     """Client of every model at shuffle step ``step``: model i -> sigma((i + step) mod N)."""
@@ -258,8 +303,10 @@ class PERM(PassRound):
     alpha_init: 'uniform' (Alg. 2) or 'estimate' (Alg. 3: alpha at the warm-up model).
     update_every: rounds between global-model + alpha updates (None: never, i.e. two-stage PERM;
     default: N, once per epoch).
-    visit: 'shuffle' (Alg. 1 as written, default) or 'alpha' (each round, model i visits a client drawn
-    with probability alpha_ij and takes plain steps eta; see the module docstring).
+    visit: 'shuffle' (Alg. 1 as written, default), 'alpha' (each round, model i visits a client drawn
+    with probability alpha_ij and takes plain steps eta) or 'interpolate' (TorchFed's fedshuffle rule); see the
+    module docstring. alpha_init 'correlation': the fedshuffle estimate (``gradient_correlation``), at the warm-up
+    model and at every update.
 
     The round is written here once, as passes (``algorithms.round``), for PERM and PERM-hetero
     (``algorithms.perm_hetero.PERMHetero``), which supplies sub-model masks through ``personal_masks`` /
@@ -300,6 +347,9 @@ class PERM(PassRound):
         self.update_every = update_every
         if visit not in VISITS:
             raise ValueError(f"visit must be one of {VISITS}, got {visit!r}")
+        if (alpha_init == "correlation") != (visit == "interpolate"):
+            raise ValueError("alpha_init='correlation' (weights in [-1, 1], not mixing vectors) goes with "
+                             f"visit='interpolate' and only with it; got alpha_init={alpha_init!r}, visit={visit!r}")
         self.visit = visit
 
     # -- what PERM-hetero changes: sub-model masks and the mixing weights
@@ -318,6 +368,8 @@ class PERM(PassRound):
         grads = yield self.gradient_pass(s, None)
         if self.alpha_samples is None:
             s.grad_mean = {k: g.mean(0) for k, g in grads.items()}
+        if self.alpha_init == "correlation":
+            return gradient_correlation(grads)
         return self.alpha_from_gradients(s, flatten(grads), init)
 
     def alpha_from_gradients(self, s: PERMState, grads: Tensor, init: Tensor | None) -> Tensor:
@@ -382,15 +434,15 @@ class PERM(PassRound):
             yield from self.personalization_passes(s)
         return s
 
-    def _broadcast_personal(self, s: PERMState) -> Params:
-        v = broadcast(s.w, s.data.num_clients)
+    def _broadcast_personal(self, s: PERMState, start: Params | None = None) -> Params:
+        v = broadcast(s.w if start is None else start, s.data.num_clients)
         masks = self.personal_masks(s.data)
         return v if masks is None else apply_masks(v, masks)
 
     def personalization_passes(self, s: PERMState):
         """Personalization starts: v_i = w, alpha uniform or estimated at w."""
         n = s.data.num_clients
-        s.v = self._broadcast_personal(s)
+        s.v = self._broadcast_personal(s, self.model.init(s.seed) if self.visit == "interpolate" else None)
         if self.alpha_init == "uniform":
             s.alpha = torch.full((n, n), 1.0 / n, dtype=torch.float64, device=s.data.device)
         else:
@@ -412,15 +464,18 @@ class PERM(PassRound):
             clients, extra = alpha_visit_clients(s.alpha, s.generator), {}
         else:
             step = s.shuffle_round % n
-            if step == 0:
+            if step == 0 and (s.sigma is None or self.visit == "shuffle"):  # interpolate: one permutation, rolled
                 s.sigma = torch.randperm(n, generator=s.generator)
             clients = shuffle_clients(s.sigma, step)
-            extra = {"lr": shuffle_step_sizes(s.alpha, clients, self.lr, data.device)}
+            extra = {} if self.visit == "interpolate" else \
+                {"lr": shuffle_step_sizes(s.alpha, clients, self.lr, data.device)}
         personal = self.personal_masks(data)
         if personal is not None:  # the visiting rule: model i on client c trains m_i AND m_c
             extra.update(mask_extra(visiting_masks(personal, clients)))
-        s.v = yield Pass("visiting_steps", clients, s.v, s.generator, expand_schedule(clients, self.local_steps),
-                         self.batch_size, extra=extra)
+        local = yield Pass("visiting_steps", clients, s.v, s.generator, expand_schedule(clients, self.local_steps),
+                           self.batch_size, extra=extra)
+        s.v = interpolate_visits(s.v, local, interpolation_weights(s.alpha, clients)) \
+            if self.visit == "interpolate" else local
         s.shuffle_round += 1
         if self.update_due(s):
             yield from self.global_passes(s, masks)

@@ -32,7 +32,7 @@ from ..report import StageResult, environment, table_records
 from ..runner import DivergenceError, final_table, run_methods
 
 AlphaSolver = one_of(ALPHA_SOLVERS)
-AlphaInit = one_of(ALPHA_INITS)
+AlphaInit = one_of(tuple(a for a in ALPHA_INITS if a != "correlation"))  # correlation: perm_torchfed's own
 
 
 class PermSection(Section):
@@ -54,6 +54,12 @@ class PermSection(Section):
         if v is None or v == "epoch" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
             return v
         raise ValueError(f"must be an integer >= 1, 'epoch' or null, got {v!r}")
+
+
+class TorchFedSection(Section):
+    """PERM (TorchFed shuffle)'s one setting: the FedAvg warm-up rounds before alpha is estimated (the source's
+    ``num_comms_warmup``, configs/_base_/federated/fedshuffle.py)."""
+    warmup_rounds: int = Field(ge=1)
 
 
 class PerFedAvgSection(Section):
@@ -90,8 +96,18 @@ def _localized(m, c):
 
 def _perm(m, c, key: str = "perm", visit: str = "shuffle"):
     """PERM from section ``key`` and lr[key]: 'perm' is Alg. 1 as written; 'perm_alpha' the variant whose
-    rounds visit clients in proportion to alpha (``PERM(visit='alpha')``), with its own section and lr."""
+    rounds visit clients in proportion to alpha (``PERM(visit='alpha')``); 'perm_torchfed' TorchFed's fedshuffle
+    rule (``PERM(visit='interpolate')``); each variant with its own section and lr."""
     return PERM(m, **_perm_settings(c, getattr(c, key), c.lr[key], c.lr.get("fedavg")), visit=visit)
+
+
+def _perm_torchfed(m, c):
+    """TorchFed's fedshuffle (``PERM(visit='interpolate', alpha_init='correlation')``, two-stage as the source:
+    alpha estimated once, after ``perm_torchfed.warmup_rounds`` FedAvg rounds at lr['fedavg']), K plain steps at
+    lr['perm_torchfed']. Its alpha is no eq. (2) problem, so no lambda (0 is passed, never read)."""
+    return PERM(m, local_steps=c.local_steps, lr=c.lr["perm_torchfed"], batch_size=c.batch_size, lam=0.0,
+                warmup_rounds=c.perm_torchfed.warmup_rounds, warmup_lr=c.lr.get("fedavg"), alpha_init="correlation",
+                update_every=None, visit="interpolate")
 
 
 def _perm_settings(c, p, lr: float, warmup_lr: float | None) -> dict:
@@ -168,6 +184,7 @@ METHODS: dict[str, Method] = {
     "localized_fedavg": Method("Localized FedAvg", _localized, LocalizedFedAvg),
     "perm": Method("PERM", _perm, PERM),
     "perm_alpha": Method("PERM (alpha visits)", lambda m, c: _perm(m, c, "perm_alpha", "alpha"), PERM),
+    "perm_torchfed": Method("PERM (TorchFed shuffle)", _perm_torchfed, PERM),
     "perfedavg_fo": Method("Per-FedAvg (FO)", _perfedavg("fo"), PerFedAvg),
     "perfedavg_hf": Method("Per-FedAvg (HF)", _perfedavg("hf"), PerFedAvg),
     "pfedme": Method("pFedMe", _pfedme, PFedMe),
@@ -178,6 +195,10 @@ METHODS: dict[str, Method] = {
     "small_fedavg": Method("Small-model FedAvg + FT", _partial("small_fedavg", "static", smallest=True), PartialFedAvg,
                            "hetero"),
 }
+
+
+#: the method keys of PERM (Alg. 1 first) and its variants, each with its own section of the curve stages
+PERM_VARIANTS = ("perm", "perm_alpha", "perm_torchfed")
 
 
 def family(name: str) -> tuple[str, ...]:
@@ -231,12 +252,20 @@ class RunConfig(StageConfig):
     batch_order: Literal[BATCH_ORDERS]
     perm: PermSection
     perm_alpha: PermSection  # method perm_alpha: PERM(visit='alpha') with its own lambda etc.
+    #: method perm_torchfed: PERM(visit='interpolate'), TorchFed's fedshuffle rule; null where no method runs it
+    perm_torchfed: TorchFedSection | None
     perfedavg: PerFedAvgSection
     pfedme: PFedMeSection
 
     @model_validator(mode="after")
     def _lr_for_each_method(self):
         raise_problems(missing_lrs(self.lr, self.methods))
+        if "perm_torchfed" in self.methods and self.perm_torchfed is None:
+            raise_problems([("perm_torchfed", "null, but methods lists perm_torchfed: give its PERM section")])
+        if "perm_torchfed" in self.methods and self.perm_torchfed.warmup_rounds >= self.rounds:
+            raise_problems([("perm_torchfed.warmup_rounds", f"{self.perm_torchfed.warmup_rounds} >= rounds = "
+                                                            f"{self.rounds}: the variant would never leave its "
+                                                            f"warm-up; allowed: 1..{self.rounds - 1}")])
         clients = getattr(self, "num_clients", None)
         if self.clients_per_round is not None and clients is not None and self.clients_per_round > clients:
             raise_problems([("clients_per_round", f"{self.clients_per_round} > num_clients = {clients} "
@@ -309,10 +338,10 @@ def run_curves(cfg: RunConfig, model_factory: Callable, data_for_seed: Callable[
     claim = perm_claim(table, history=history)
     if claim is not None:
         metrics["claim_perm_best"] = claim
-    # the variant, reported apart (never as "PERM")
-    claim = perm_claim(table, perm=METHODS["perm_alpha"].name, history=history)
-    if claim is not None:
-        metrics["claim_perm_alpha_best"] = claim
+    for key in PERM_VARIANTS[1:]:  # the variants, each reported apart (never as "PERM")
+        claim = perm_claim(table, perm=METHODS[key].name, history=history)
+        if claim is not None:
+            metrics[f"claim_{key}_best"] = claim
     run_info = {"stage": cfg.stage, "scale": scale, "data": data.summary(), "device": str(device),
                 "environment": environment(), "config": cfg.model_dump()}
     return StageResult(table, metrics, data.label, scale, run_info, frames={"history": history},

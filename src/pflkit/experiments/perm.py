@@ -38,8 +38,8 @@ from ..paths import resolve
 from ..progress import note
 from ..report import StageResult
 from . import curves
-from .curves import (METHODS, CurveStepSizes, MethodNames, PerFedAvgSection, PermSection, PFedMeSection, RunConfig,
-                     missing_lrs, run_curves)
+from .curves import (METHODS, PERM_VARIANTS, CurveStepSizes, MethodNames, PerFedAvgSection, PermSection,
+                     PFedMeSection, RunConfig, missing_lrs, run_curves)
 from .curves import save_models  # noqa: F401  (the notebooks' ``experiment.save_models``: the shared one)
 from .images import DatasetSection, dataset_record, image_federation, load_images
 
@@ -103,10 +103,10 @@ def describe_final(metrics: dict, metric: str = "accuracy") -> str:
     parts = [f"{name} {row[f'{metric}_mean']:.3f}"
              + (f" +- {row[f'{metric}_std']:.3f}" if f"{metric}_std" in row else "")
              for name, row in ranked if f"{metric}_mean" in row]
-    variant = metrics.get("claim_perm_alpha_best")  # PERM (alpha visits), when it ran: its own verdict
+    variants = "".join("\n" + describe_claim(metrics[f"claim_{key}_best"], METHODS[key].name)
+                       for key in PERM_VARIANTS[1:] if f"claim_{key}_best" in metrics)  # each variant's own verdict
     return (f"final personalized {metric}: " + " > ".join(parts) + "\n" + describe_claim(metrics.get("claim_perm_best"))
-            + ("\n" + describe_claim(variant, METHODS["perm_alpha"].name) if variant else "")
-            + describe_alpha_effects(metrics))
+            + variants + describe_alpha_effects(metrics))
 
 
 def describe_alpha_effects(metrics: dict) -> str:
