@@ -15,7 +15,8 @@ one that cannot be read, or whose tensors do not fit this run's state (shape, dt
 reported as ``cannot use checkpoint <path>: <reason>`` and the run starts afresh. Every such message,
 and every resume, goes to stderr and to the stage runner's terminal (:func:`pflkit.progress.note`).
 
-Divergence (:class:`DivergenceError`, naming method, seed, round and learning rates): NaN/Inf
+Divergence (the rule of :mod:`pflkit.divergence`, which the federated server applies too;
+:class:`DivergenceError`, naming method, seed, round and learning rates): NaN/Inf
 parameters or metrics at any evaluation; an evaluated loss above ``ABORT_MULTIPLE x diverge_factor``
 times the initial loss at any evaluation, round 0 included (a blow-up: stopped at once); or a loss
 still above ``diverge_factor`` times the initial loss at the last round (it grew and never came back).
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import math
 import os
 import sys
 import time
@@ -43,6 +43,10 @@ import pandas as pd
 
 from .checks import check_int
 from .data.federated import FederatedDataset, data_digest
+# the divergence rule, shared with the federated server; its names stay importable from here too
+from .divergence import (ABORT_MULTIPLE, DIVERGE_FACTOR, DivergenceError, check_diverge_factor,  # noqa: F401
+                         check_finite, check_loss_growth, reference_loss)
+from .divergence import describe_lr as _describe_lr
 from .engine.params import is_finite
 from .eval import HISTORY_COLUMNS, evaluate, majority_baseline
 from .io import CheckpointError, load_checkpoint, save_checkpoint, slug, state_from_payload, state_to_payload
@@ -51,25 +55,12 @@ from .progress import bar as progress_bar
 from .stage_env import TWIN_SHA256 as TWIN_ENV  # the notebook twin's SHA-256, set by the stage runner
 
 CHECKPOINT_FORMAT = 2  # 2: the fingerprint covers the code (package source + notebook twin)
-DIVERGE_FACTOR = 10.0  # default: final loss > 10 x the round-0 loss is divergence
-ABORT_MULTIPLE = 100.0  # a loss above ABORT_MULTIPLE x diverge_factor x initial stops the run at once
-
-
-class DivergenceError(RuntimeError):
-    """A run produced NaN/Inf parameters or loss, or a loss that grew past its limits (see the module
-    docstring)."""
 
 
 def _say(message: str) -> None:
     """A message the user must see: stderr (the notebook's output) and the stage runner's terminal."""
     print(message, file=sys.stderr, flush=True)
     note(message)
-
-
-def _describe_lr(algorithm) -> str:
-    parts = [f"{k}={getattr(algorithm, k)}" for k in ("lr", "personal_lr", "finetune_lr", "global_lr")
-             if hasattr(algorithm, k)]
-    return ", ".join(parts) or "n/a"
 
 
 # --------------------------------------------------------------------------- checkpoint identity
@@ -166,32 +157,6 @@ def _loss_at(rows: list[tuple], r: int) -> float | None:
     return None
 
 
-def reference_loss(round0: float | None, num_classes: int | None) -> float | None:
-    """What a run's loss is compared with: its round-0 loss, but never more than the chance-level loss
-    log(C) of C classes (a uniform prediction). The cap is what a run broken from its first evaluation
-    cannot move: methods that personalize before they are evaluated (pFedMe's inner problem, Per-FedAvg's
-    step, localized FedAvg's fine-tuning) already take steps at round 0, so with a huge learning rate their
-    round-0 loss is itself huge, and a rule relative to it alone would let the run finish."""
-    if num_classes is None or num_classes < 2:
-        return round0
-    chance = math.log(num_classes)
-    return chance if round0 is None or not math.isfinite(round0) else min(round0, chance)
-
-
-def check_loss_growth(method: str, seed: int, r: int, loss: float | None, initial: float | None,
-                      factor: float, lr: str, final: bool) -> None:
-    """Raise :class:`DivergenceError` if ``loss`` at round ``r`` grew too far from ``initial`` (the
-    round-0 loss): above ``ABORT_MULTIPLE * factor`` x initial at any round, above ``factor`` x
-    initial at the ``final`` round. Nothing to compare (no loss, or initial <= 0): no check."""
-    if loss is None or initial is None or not math.isfinite(initial) or initial <= 0:
-        return
-    limit = factor if final else ABORT_MULTIPLE * factor
-    if loss > limit * initial:
-        raise DivergenceError(
-            f"{method} diverged at round {r} (seed {seed}, {lr}): loss {loss:.3g} > {limit:g} x initial "
-            f"{initial:.3g}" + (" at the last round" if final else "") + "; lower the learning rate")
-
-
 # --------------------------------------------------------------------------- running
 #: ``callback(round, state) -> {metric: value} | None``, called by :func:`run` at every evaluation
 Callback = Callable[[int, object], "Mapping[str, float] | None"]
@@ -220,9 +185,7 @@ def _check_run_arguments(rounds: int, eval_every: int, checkpoint_every: int, di
     if eval_every < 1:
         raise ValueError(f"eval_every must be >= 1, got {eval_every!r}")
     check_int("checkpoint_every", checkpoint_every, 1)
-    if isinstance(diverge_factor, bool) or not isinstance(diverge_factor, (int, float)) \
-            or not diverge_factor > 1:
-        raise ValueError(f"diverge_factor must be a number > 1 (inf: no loss-growth check), got {diverge_factor!r}")
+    check_diverge_factor(diverge_factor)
 
 
 def run(algorithm, data: FederatedDataset, rounds: int, seed: int, eval_every: int = 1,
@@ -265,11 +228,7 @@ def run(algorithm, data: FederatedDataset, rounds: int, seed: int, eval_every: i
     def record(r: int):
         personal = algorithm.personalized(state)
         summary = evaluate(algorithm.model, personal, data).summary()
-        bad = [k for k, v in summary.items() if not math.isfinite(v)]
-        if bad or not is_finite(personal):
-            raise DivergenceError(f"{method} diverged at round {r} (seed {seed}, {_describe_lr(algorithm)}): "
-                                  f"non-finite {'parameters' if not bad else ', '.join(bad)}; "
-                                  "lower the learning rate")
+        check_finite(method, seed, r, summary, is_finite(personal), _describe_lr(algorithm))
         rows.extend((r, method, seed, k, float(v)) for k, v in summary.items())
         for callback in callbacks:
             extra = callback(r, state)
