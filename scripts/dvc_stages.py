@@ -166,7 +166,33 @@ def collapse(files: set[Path], package: Path, root: Path) -> list[str]:
     return sorted(out)
 
 
-def render(stages, root: Path = ROOT, data_stages=()) -> str:
+def _has(params: dict, key: str) -> bool:
+    """Whether params.yaml has the dotted path ``key`` (its value may be anything, an empty mapping too)."""
+    node = params
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def tracked_params(section: str, profile: str, params: dict) -> list[str]:
+    """A notebook stage's DVC params in ``profile``'s pipeline: every mapping its values are merged from
+    (``pflkit.stages.value_sources``), so a change of any value it reads re-runs it. DVC refuses a listed key
+    params.yaml lacks, so a mapping that is not there (a profile's overlay no stage has yet) is listed as its
+    longest dotted prefix params.yaml has (``profiles.<profile>``: adding the overlay then re-runs the stage);
+    a key a listed prefix covers is not listed again. A top-level section is listed as it is (validation
+    names a missing one)."""
+    keys: list[str] = []
+    for key in load_stages().value_sources(section, profile):
+        while "." in key and not _has(params, key):
+            key = key.rpartition(".")[0]
+        keys.append(key)
+    covered = [k for k in keys if any(k.startswith(o + ".") for o in keys)]
+    return [k for k in dict.fromkeys(keys) if k not in covered]
+
+
+def render(stages, root: Path = ROOT, data_stages=(), params: dict | None = None) -> str:
     """dvc.yaml's text; plot titles double-quoted (as JSON, which YAML reads), other values plain."""
     lines = [HEADER.rstrip("\n"), "stages:"]
     for d in data_stages:
@@ -179,13 +205,12 @@ def render(stages, root: Path = ROOT, data_stages=()) -> str:
         if s.is_plot:
             source = by_name[s.source]
             inputs = [*source.result_files, *source.plot_files]
-            params = [s.section]
         else:
             inputs = [*s.data_deps, *s.extra_deps]
-            params = ["defaults", s.section]
+        keys = tracked_params(s.section, load_stages().DEFAULT_PROFILE, params or {})
         lines += [f"  {s.name}:", f"    cmd: {s.cmd}", "    deps:"]
         lines += [f"      - {d}" for d in (s.notebook, *inputs, *code_deps(s, root))]
-        lines += ["    params:"] + [f"      - {p}" for p in params] + ["    outs:"]
+        lines += ["    params:"] + [f"      - {k}" for k in keys] + ["    outs:"]
         lines += [f"      - {o}" for o in s.outs]
         if s.headline_file:  # the stage's headline numbers (pflkit.headline), kept in git
             lines += ["    metrics:", f"      - {s.headline_file}:", "          cache: false"]
@@ -361,24 +386,22 @@ PROFILE_HEADER = """\
 
 def render_profile(stages, profile: str, params: dict, root: Path = ROOT) -> str:
     """The dvc.yaml of ``profile``'s own pipeline (pflkit.stages.pipeline_file): every notebook stage with that
-    profile's params (the section, and its ``profiles.<profile>.<section>`` overlay where params.yaml has one),
-    outputs mapped by ``profile_path``, run from the project root (``wdir``), then the two-profile ledger."""
+    profile's params (``tracked_params``: the sections and the profile's overlays of them, or the profile's whole
+    mapping where params.yaml has no such overlay), outputs mapped by ``profile_path``, run from the project root
+    (``wdir``), then the two-profile ledger."""
     table = load_stages()
     at = table.profile_path
     file = table.pipeline_file(profile)
     wdir = "/".join([".."] * (len(Path(file).parts) - 1))
-    overlay = ((params.get("profiles") or {}).get(profile) or {})
     by_name = {s.name: s for s in stages}
     lines = [PROFILE_HEADER.format(profile=profile, file=file).rstrip("\n"), "stages:"]
     for s in stages:
         if s.is_plot:
             source = by_name[s.source]
             inputs = [at(f, profile) for f in (*source.result_files, *source.plot_files)]
-            sections = [s.section]
         else:
             inputs = [*s.data_deps, *(at(d, profile) for d in s.extra_deps)]
-            sections = ["defaults", s.section]
-        keys = sections + [f"profiles.{profile}.{x}" for x in sections if x in overlay]
+        keys = tracked_params(s.section, profile, params)
         outs = [at(o, profile) for o in (*s.outs, *([s.headline_file] if s.headline_file else []),
                                            *s.plot_files)]
         lines += [f"  {s.name}:", f"    cmd: {s.cmd} --profile {profile}", f"    wdir: {wdir}", "    deps:"]
@@ -399,7 +422,7 @@ def render_profile(stages, profile: str, params: dict, root: Path = ROOT) -> str
 
 def outputs_of(table, params: dict) -> dict[Path, str]:
     """Every pipeline file -> its text: dvc.yaml, each profile pipeline, then the plots' templates."""
-    texts = {DVC_YAML: render(table.STAGES, data_stages=table.DATA_STAGES)}
+    texts = {DVC_YAML: render(table.STAGES, data_stages=table.DATA_STAGES, params=params)}
     for profile in table.PIPELINE_PROFILES:
         texts[ROOT / table.pipeline_file(profile)] = render_profile(table.STAGES, profile, params)
     texts.update(templates(table.STAGES))

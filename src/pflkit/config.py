@@ -31,7 +31,7 @@ RUNNER_KEYS = ("stage", "results_dir", "figures_dir")
 DEFAULT_PROFILE = _stages.DEFAULT_PROFILE
 #: params.yaml's mapping of the other profiles: name -> {defaults: {..}, <stage>: {..}}, each an
 #: overlay whose keys replace the section's (whole values: a nested mapping is replaced, not merged)
-PROFILES_KEY = "profiles"
+PROFILES_KEY = _stages.PROFILES_SECTION
 #: environment variable naming the params file a notebook reads (the stage runner sets it)
 PARAMS_ENV = "PFLKIT_PARAMS"
 
@@ -835,7 +835,7 @@ def validate_all(params: Mapping[str, Any], dvc_stages: Mapping[str, dict] | Non
             problems.append(f"{stage}: dvc.yaml stage {name!r} runs it, but pflkit.stages has no such stage; "
                             f"known: {', '.join(sorted(known))}")
             continue
-        for key in ("defaults", section_of(stage)) if not known[stage].is_plot else (section_of(stage),):
+        for key in _stages.value_sources(section_of(stage)):  # a plot stage's config reads defaults too
             if key not in listed:
                 problems.append(f"{stage}: dvc.yaml stage {name!r} does not list {key!r} under params, so "
                                 f"changing it would not re-run the stage")

@@ -116,6 +116,8 @@ FIGURES_SECTION = "figures"
 #: the params.yaml section of the data stages (one entry per data stage key)
 DATA_SECTION = "data"
 
+#: the params.yaml mapping of the profiles other than the default: name -> {defaults: {..}, <section>: {..}}
+PROFILES_SECTION = "profiles"
 #: the profile ``dvc repro`` of dvc.yaml runs: the params.yaml sections as written
 DEFAULT_PROFILE = "default"
 #: params.yaml profiles with a DVC pipeline of their own, ``pipelines/<profile>/dvc.yaml`` (written by
@@ -127,6 +129,18 @@ PIPELINE_PROFILES = ("paper",)
 def pipeline_file(profile: str) -> str:
     """The dvc.yaml of a profile's pipeline, relative to the project (the default profile's: dvc.yaml)."""
     return "dvc.yaml" if profile == DEFAULT_PROFILE else f"pipelines/{profile}/dvc.yaml"
+
+
+def value_sources(section: str, profile: str = DEFAULT_PROFILE) -> tuple[str, ...]:
+    """The params.yaml mappings, as dotted paths, that a stage reading ``section`` merges its values from under
+    ``profile`` (``pflkit.config.stage_values``; a later one's key replaces an earlier one's): ``defaults``,
+    ``section``, then for a profile other than the default that profile's ``defaults`` and ``section`` overlays.
+    Each is a DVC parameter of the stage in the pipeline that runs it under ``profile`` (scripts/dvc_stages.py;
+    a plot stage's config reads ``defaults`` too: device, threads)."""
+    base = ("defaults", section)
+    if profile == DEFAULT_PROFILE:
+        return base
+    return base + tuple(f"{PROFILES_SECTION}.{profile}.{s}" for s in base)
 
 
 def profile_path(path: str, profile: str = DEFAULT_PROFILE) -> str:

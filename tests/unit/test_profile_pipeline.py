@@ -47,11 +47,13 @@ def test_outputs_are_the_default_stages_outputs_moved_under_build_paper():
     assert PARAMS["profiles"]["paper"]["perm_fig5"]["alpha_file"] == "build/paper/perm_fig4/models/alpha.npz"
 
 
-def test_params_are_the_section_and_the_profile_overlay_where_there_is_one():
+def test_params_are_the_sections_and_the_profile_overlays_or_the_whole_profile():
     overlay = PARAMS["profiles"]["paper"]
-    assert PAPER["perm_fig2"]["params"] == ["defaults", "perm_fig2", "profiles.paper.perm_fig2"]
-    assert PAPER["perm_fig1"]["params"] == ["defaults", "perm_fig1"]  # no paper entry: the section is the paper's
-    assert PAPER["perm_fig2_plot"]["params"] == ["figures"]
+    # params.yaml has no profiles.paper.defaults: every stage reads it once it is added, so every stage lists the
+    # whole profile (tests/unit/test_tracked_params.py: every key a stage reads is covered)
+    assert PAPER["perm_fig2"]["params"] == ["defaults", "perm_fig2", "profiles.paper"]
+    assert PAPER["perm_fig1"]["params"] == ["defaults", "perm_fig1", "profiles.paper"]
+    assert PAPER["perm_fig2_plot"]["params"] == ["defaults", "figures", "profiles.paper"]
     for name, spec in PAPER.items():
         for key in spec.get("params", []):
             if key.startswith("profiles.paper."):

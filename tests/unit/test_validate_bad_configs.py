@@ -331,7 +331,7 @@ def test_committed_params_validate_with_every_dvc_stage(capsys):
             assert spec["params"] == [f"data.{name[5:]}"] or name == "data_perm_synthetic", name
             continue
         assert spec["cmd"].startswith(f"python -m pflkit stage {name} "), name
-        wanted = {"figures"} if name.endswith("_plot") else {"defaults", name}
+        wanted = {"defaults", "figures"} if name.endswith("_plot") else {"defaults", name}
         assert set(spec["params"]) == wanted, name
 
 
