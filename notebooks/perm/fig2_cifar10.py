@@ -40,14 +40,15 @@ print(experiment.describe_claim(result.metrics.get("claim_perm_best")))
 # ## Verdict
 #
 # Every method at its best lr of the same grid and round budget (`python -m pflkit tune perm_fig2`,
-# results/tuning/perm_fig2.csv): this run's numbers when `dvc repro` runs it, else read from the results it
-# wrote. Two PERMs are judged apart: Alg. 1 as written (`PERM`) and the variant whose rounds visit clients
-# in proportion to alpha (`PERM (alpha visits)`). The "why" lines come from each run's final alpha: the
-# share of alpha that is 0 (under Alg. 1's shuffle those visits do not move the model), the largest step
-# eta * alpha_ij * N (it caps the usable eta), and how much of alpha stays inside the client's own label
-# group (1/2 is what a uniform alpha gives). The PERM investigation
-# (benchmarks/results/perm_investigation.md) measured the same mechanism in detail on Fig. 4's data. This
-# is a CPU-scale run on a substitute dataset, not the paper's setting.
+# results/tuning/perm_fig2.csv): this run's numbers when `dvc repro` runs it, else read from the results it wrote.
+# Three PERMs are judged apart: Alg. 1 as written (`PERM`), the variant whose rounds visit clients in proportion to
+# alpha (`PERM (alpha visits)`), and the rule of a PERM co-author's code (`PERM (TorchFed shuffle)`: alpha from the
+# clients' gradient correlation after a FedAvg warm-up, each visit moving a model towards its plain local result by
+# that weight; docs/papers.md, "Beside the authors' code"). The "why" lines come from each run's final alpha: the
+# share of alpha that is 0 (under Alg. 1's shuffle those visits do not move the model), the largest step eta *
+# alpha_ij * N (it caps the usable eta), and how much of alpha stays inside the client's own label group (1/2 is
+# what a uniform alpha gives). The PERM investigation (benchmarks/results/perm_investigation.md) measured the same
+# mechanism in detail on Fig. 4's data. This is a CPU-scale run on a substitute dataset, not the paper's setting.
 
 # %%
 # this run's results under dvc repro, else read from results/perm_fig2/ (not compared by nbval)

@@ -35,15 +35,17 @@ print(experiment.describe_claim(result.metrics.get("claim_perm_best")))
 # %% [markdown]
 # ## Verdict
 #
-# Every method at its best lr of the same grid and round budget (`python -m pflkit tune perm_fig4`): this
-# run's numbers when `dvc repro` runs it, else read from the results it wrote. Two PERMs are judged apart:
-# Alg. 1 as written (`PERM`) and the variant whose rounds visit clients in proportion to alpha
-# (`PERM (alpha visits)`). The "why" lines come from each run's final alpha: the share of alpha that is 0
-# (under Alg. 1's shuffle those visits leave a model where it is) and the largest step eta * alpha_ij * N
-# (it caps the usable eta, so Alg. 1 underfits). The PERM investigation
-# (benchmarks/results/perm_investigation.md: steps per model, step sizes, and a sweep of lambda, warm-up,
-# update period, solver, K and lr) backs this on the same data. Fig. 5 shows how well alpha follows the
-# label overlap. This is a CPU-scale run on a substitute dataset, not the paper's setting.
+# Every method at its best lr of the same grid and round budget (`python -m pflkit tune perm_fig4`): this run's
+# numbers when `dvc repro` runs it, else read from the results it wrote. Three PERMs are judged apart: Alg. 1 as
+# written (`PERM`), the variant whose rounds visit clients in proportion to alpha (`PERM (alpha visits)`), and the
+# rule of a PERM co-author's code (`PERM (TorchFed shuffle)`: alpha from the clients' gradient correlation after a
+# FedAvg warm-up, each visit moving a model towards its plain local result by that weight; docs/papers.md, "Beside
+# the authors' code"). The "why" lines come from each run's final alpha: the share of alpha that is 0 (under Alg.
+# 1's shuffle those visits leave a model where it is) and the largest step eta * alpha_ij * N (it caps the usable
+# eta, so Alg. 1 underfits). The PERM investigation (benchmarks/results/perm_investigation.md: steps per model, step
+# sizes, and a sweep of lambda, warm-up, update period, solver, K and lr) backs this on the same data. Fig. 5 shows
+# how well alpha follows the label overlap. This is a CPU-scale run on a substitute dataset, not the paper's
+# setting.
 
 # %%
 # this run's results under dvc repro, else read from results/perm_fig4/ (not compared by nbval)

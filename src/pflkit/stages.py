@@ -375,6 +375,8 @@ def _frontier_stage(n: int, notebook: str) -> Stage:
 #: PERM's accuracy stages: every method's final personalized accuracy (mean over seeds) and PERM's margin
 _PERM_FINAL = (_h("accuracy", "final", "*", "accuracy_mean"), _h("perm_margin", "claim_perm_best", "margin"))
 _PERM_ALPHA_MARGIN = _h("perm_alpha_margin", "claim_perm_alpha_best", "margin")
+_PERM_TORCHFED_MARGIN = _h("perm_torchfed_margin", "claim_perm_torchfed_best", "margin")
+_PERM_VARIANT_FINAL = (*_PERM_FINAL, _PERM_ALPHA_MARGIN, _PERM_TORCHFED_MARGIN)  # Figs. 2 and 4: every PERM variant
 #: Charles et al.'s neural-network stages: per task, a substitute ran?, the claim holds?, and its gap
 _NN_CLAIM = "claim_larger_gamma_faster_early_worse_final"
 _NN_HEADLINE = (_h("substitute", "tasks", "*", "is_substitute"), _h("holds", _NN_CLAIM, "*", "holds"),
@@ -449,14 +451,14 @@ DATA_STAGES: tuple[DataStage, ...] = (
 
 _PERM_FIG4 = Stage("perm_fig4", "perm", "notebooks/perm/fig4_emnist.py", f"{_PERM}:PermFig4Config",
                    results=("history.csv", "run.json", "curves_accuracy.csv"), data=("emnist-byclass", "fashion-mnist"),
-                   models=True, tune=f"{_PERM}:lr_sweep", headline=(*_PERM_FINAL, _PERM_ALPHA_MARGIN),
+                   models=True, tune=f"{_PERM}:lr_sweep", headline=_PERM_VARIANT_FINAL,
                    plots=_perm_curves("perm_fig4", "PERM Fig. 4"))
 
 #: every notebook stage, in dvc.yaml's order (after the data stages); each compute stage before its plot stage
 STAGES: tuple[Stage, ...] = _with_plots(
     Stage("perm_fig1", "perm", "notebooks/perm/fig1_synthetic.py", f"{_PERM}:PermFig1Config",
           results=("history.csv", "run.json", "curves_accuracy.csv"), tune=f"{_PERM}:lr_sweep",
-          data=(_synthetic("perm_fig1"),), models=True, headline=_PERM_FINAL,
+          data=(_synthetic("perm_fig1"),), models=True, headline=(*_PERM_FINAL, _PERM_TORCHFED_MARGIN),
           plots=_perm_curves("perm_fig1", "PERM Fig. 1")),
     Stage("perm_fig6", "perm", "notebooks/perm/fig6_mnist_alpha.py", f"{_PERM}:PermFig6Config",
           results=("run.json", "alpha_summary.csv", "alpha.csv"), data=("mnist",), models=True,
@@ -519,7 +521,7 @@ STAGES: tuple[Stage, ...] = _with_plots(
           plots=_chayti_curves("Chayti Fig. 5: mean BC loss for several N")),
     Stage("perm_fig2", "perm", "notebooks/perm/fig2_cifar10.py", f"{_PERM}:PermFig2Config",
           results=("history.csv", "run.json", "curves_accuracy.csv"), data=("cifar10", "fashion-mnist"), models=True,
-          tune=f"{_PERM}:lr_sweep", headline=(*_PERM_FINAL, _PERM_ALPHA_MARGIN),
+          tune=f"{_PERM}:lr_sweep", headline=_PERM_VARIANT_FINAL,
           plots=_perm_curves("perm_fig2", "PERM Fig. 2")),
     Stage("perm_fig3", "perm", "notebooks/perm/fig3_round_time.py", f"{_PERM}:PermFig3Config",
           results=("times.csv", "run.json"), data=(_synthetic("perm_fig3"), "mnist"),

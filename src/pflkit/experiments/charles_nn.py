@@ -52,7 +52,7 @@ from ..config import (HLDA_DEFAULTS, PARTITION_OPTIONS, DatasetName, NonNegative
                       ProjectPath, Section, Seed, StageConfig, image_partition_problems, image_sources,
                       network_footprint, one_of, raise_problems)
 from ..data import prepared
-from ..data.federated import FederatedDataset, data_digest
+from ..data.federated import BATCH_ORDERS, FederatedDataset, data_digest
 from ..data.hlda import hierarchical_lda
 from ..data.text import SEQ_LEN, VOCAB_SIZE
 from ..engine import FunctionalModel, resolve_device
@@ -451,6 +451,9 @@ class NNConfig(StageConfig):
     diverge_patience: PositiveInt
     seed: Seed
     settings_chunk: PositiveInt | None  # run_grid: at most this many settings per call (memory); None: all
+    #: the clients' minibatches: 'shuffled' = K batches of the client's rows shuffled and repeated (TFF's
+    #: ``shuffle().repeat().batch(B).take(K)``: a small client cycles its data), or 'replacement'
+    batch_order: Literal[BATCH_ORDERS]
     #: the split the server models are evaluated on (its loss and accuracy; the loss is watched for divergence)
     eval_split: ClassVar[str] = "train"
     #: the grid's lists: the longest is named when the server state drives the memory estimate
@@ -564,7 +567,7 @@ def _task_setup(cfg: NNConfig, t: TaskSection):
     fixed sample of it): what training and re-evaluating the saved models share."""
     device = resolve_device(cfg.device)
     task = build_task(t, cfg.seed)
-    data = task.data.to(device)
+    data = task.data.to(device).with_batch_order(cfg.batch_order)
     model = FunctionalModel(task.factory, device)
     batch = eval_batch(data, cfg.eval_split, t.eval_samples or cfg.eval_samples, cfg.seed)
     return task, data, model, make_evaluator(model, {cfg.eval_split: batch})

@@ -87,12 +87,22 @@ class PermFig1Config(SyntheticData, RunConfig):
 
 
 
-def describe_claim(claim: dict | None, name: str = "PERM") -> str:
+def describe_claim(claim: dict | None, name: str = "PERM", where: str = "") -> str:
+    """The verdict of one PERM claim in words; ``where`` names the data it ran on (``data_setting``)."""
     if claim is None:
         return f"no claim to check: {name}, or every other method, is not among the methods run"
     verdict = "holds" if claim["holds"] else "does NOT hold"
-    return (f"claim '{name} has the best personalized accuracy' {verdict}: {name} {claim['perm']:.3f} vs "
+    return (f"claim '{name} has the best personalized accuracy' {verdict}{where}: {name} {claim['perm']:.3f} vs "
             f"best other ({claim['best_other']}) {claim['best_other_value']:.3f}, margin {claim['margin']:+.3f}")
+
+
+def data_setting(metrics: dict) -> str:
+    """" on <dataset>" (with "the substitute for <paper's dataset>" when one stood in), from metrics.json."""
+    if "dataset" not in metrics:
+        return ""
+    if metrics.get("is_substitute"):
+        return f" on {metrics['dataset']} (the substitute for {metrics.get('paper_dataset')})"
+    return f" on {metrics['dataset']}"
 
 
 def describe_final(metrics: dict, metric: str = "accuracy") -> str:
@@ -103,10 +113,11 @@ def describe_final(metrics: dict, metric: str = "accuracy") -> str:
     parts = [f"{name} {row[f'{metric}_mean']:.3f}"
              + (f" +- {row[f'{metric}_std']:.3f}" if f"{metric}_std" in row else "")
              for name, row in ranked if f"{metric}_mean" in row]
-    variants = "".join("\n" + describe_claim(metrics[f"claim_{key}_best"], METHODS[key].name)
+    where = data_setting(metrics)
+    variants = "".join("\n" + describe_claim(metrics[f"claim_{key}_best"], METHODS[key].name, where)
                        for key in PERM_VARIANTS[1:] if f"claim_{key}_best" in metrics)  # each variant's own verdict
-    return (f"final personalized {metric}: " + " > ".join(parts) + "\n" + describe_claim(metrics.get("claim_perm_best"))
-            + variants + describe_alpha_effects(metrics))
+    return (f"final personalized {metric}: " + " > ".join(parts) + "\n"
+            + describe_claim(metrics.get("claim_perm_best"), where=where) + variants + describe_alpha_effects(metrics))
 
 
 def describe_alpha_effects(metrics: dict) -> str:
