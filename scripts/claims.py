@@ -7,17 +7,19 @@
     python scripts/claims.py --check          also exit 1 when a run stage's claim has no value (a stale path)
 
 For each entry of claims.yaml and each profile with results (default: results/<stage>/metrics.json, what
-``dvc repro`` writes; another profile: build/<profile>/<stage>/metrics.json; a profile with none has no
-column), the value(s) at the entry's path and the verdict of its rule: holds / does not hold / inconclusive (the
-run cannot show the claim, ``inconclusive``: the margin is within its seed-to-seed spread, one seed measured no
-spread, or the run is shorter than the claim needs; the row's note says which) / not run (no results) / no value
-(the path is not in the results). The DVC stage ``claims`` (``--dvc``) runs after every stage and writes DVC's
-outputs below. After running some stages by hand (``dvc repro <stage>_plot``, ``pflkit reproduce``), run this
-script without ``--dvc`` to refresh the page: it writes the same page and tables under ``build/claims/`` and
-never touches a DVC output; its columns are the profiles the pipelines ran (default, and each profile with a
-DVC pipeline of its own that has results: ``paper``), and another profile (``smoke``, what notebooks and nbval
-run) only when ``--profiles`` names it. Stages that have not run read "not run" with the command that runs them.
-Outputs of ``--dvc``:
+``dvc repro`` writes; another profile: build/<profile>/<stage>/metrics.json; a profile with none has no column), the
+value(s) at the entry's path and the verdict of its rule: holds / does not hold / inconclusive (the run cannot
+show the claim, ``inconclusive``: the margin is within its seed-to-seed spread, one seed measured no spread, or
+the run is shorter than the claim needs; the row's note says which) / not run (no results) / no value (the path is
+not in the results). A metrics.json that does not record its stage and the settings params.yaml gives that stage
+now (another stage's file, a run of other settings, or one written before results recorded their provenance) stops
+the ledger with a message naming both and the command that rewrites it. The DVC stage ``claims`` (``--dvc``) runs
+after every stage and writes DVC's outputs below. After running some stages by hand (``dvc repro <stage>_plot``,
+``pflkit reproduce``), run this script without ``--dvc`` to refresh the page: it writes the same page and tables
+under ``build/claims/`` and never touches a DVC output; its columns are the profiles the pipelines ran (default,
+and each profile with a DVC pipeline of its own that has results: ``paper``), and another profile (``smoke``, what
+notebooks and nbval run) only when ``--profiles`` names it. Stages that have not run read "not run" with the
+command that runs them. Outputs of ``--dvc``:
 
 * ``results/claims.csv``: one row per claim and profile (tidy, for pandas);
 * ``results/claims.md``: per paper, one table row per claim (README's results block is filled from it);
@@ -48,6 +50,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from pflkit.config import read_yaml
+from pflkit.report import PROVENANCE, provenance_problem, settings_digest
 from pflkit.stages import PIPELINE_PROFILES, profile_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,12 +70,16 @@ class Missing(LookupError):
 
 
 class UnreadableResults(ValueError):
-    """A stage's metrics.json is there but empty, not JSON or not an object: names the file and how to rewrite it."""
+    """A stage's metrics.json is there but empty, not JSON or not an object, or not the stage's with the settings
+    params.yaml gives it: names the file (both stages and settings) and how to rewrite it."""
 
 
-def read_metrics(path: Path, stage: str, profile: str, root: Path = ROOT) -> dict:
+def read_metrics(path: Path, stage: str, profile: str, root: Path = ROOT, params: dict | None = None) -> dict:
     """``path`` (a stage's metrics.json) as a dict; an empty or garbled file is an :class:`UnreadableResults`
-    naming it, the stage that writes it and the command that does (``pflkit.report.read_json``'s message)."""
+    naming it, the stage that writes it and the command that does (``pflkit.report.read_json``'s message). With
+    ``params`` (params.yaml's contents) its provenance must be ``stage`` with the settings ``params`` give it
+    under ``profile`` (``pflkit.report.settings_digest``, what the writer recorded), else the same error, naming
+    the stage and settings it records and those expected (``pflkit.report.provenance_problem``)."""
     command = run_command(stage, profile)
     try:
         text = path.read_text()
@@ -81,7 +88,12 @@ def read_metrics(path: Path, stage: str, profile: str, root: Path = ROOT) -> dic
     except (OSError, ValueError) as exc:
         metrics, why = None, f"not valid JSON ({exc})"
     if isinstance(metrics, dict):
-        return metrics
+        recorded = metrics.pop(PROVENANCE, None)
+        why = None if params is None else provenance_problem(
+            recorded, {"stage": stage, "settings": settings_digest(params, stage, profile)})
+        if why is None:
+            return metrics
+        raise UnreadableResults(f"{_rel(path, root)}: {why}; stage {stage} rewrites it: run `{command}`")
     raise UnreadableResults(f"{_rel(path, root)}: {why}; written by stage {stage}: run `{command}`")
 
 
@@ -255,11 +267,14 @@ def dataset_of(metrics: dict) -> tuple[str, bool]:
     return name, substitute
 
 
-def evaluate(claims: list[dict], folders: dict[str, Path], root: Path = ROOT, drift: dict | None = None
-             ) -> list[dict]:
+def evaluate(claims: list[dict], folders: dict[str, Path], root: Path = ROOT, drift: dict | None = None,
+             params: dict | None = None) -> list[dict]:
     """One row per claim and profile: value(s), estimate (mean ± sd), verdict, dataset; ``folders`` maps each profile to
     the folder holding its <stage>/metrics.json; ``drift`` (claim id -> its entry of drift.json, measured at the
-    default profile) makes a default-profile verdict that another machine could flip inconclusive."""
+    default profile) makes a default-profile verdict that another machine could flip inconclusive. With ``params``
+    (params.yaml's contents; :func:`main` always passes them) every metrics.json read must record its stage and the
+    settings ``params`` give it under that profile (:func:`read_metrics`); without, the values are read unchecked
+    (tests/regression/expected: committed copies of smoke results)."""
     rows, drift = [], drift or {}
     for c in claims:
         for profile, folder in folders.items():
@@ -271,7 +286,7 @@ def evaluate(claims: list[dict], folders: dict[str, Path], root: Path = ROOT, dr
             if row["ran"] and profile not in c.get("profiles", [profile]):
                 row["note"] = f"claims.yaml checks it under {', '.join(c['profiles'])} only"
             elif row["ran"]:
-                metrics = read_metrics(path, c["stage"], profile, root)
+                metrics = read_metrics(path, c["stage"], profile, root, params)
                 row["dataset"], row["substitute"] = dataset_of(metrics)
                 paths = c["values"] if "values" in c else [c["value"]]
                 try:
@@ -519,6 +534,9 @@ def write(path: Path, text: str) -> None:
 def main(argv=None, root: Path = ROOT) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--claims", default=str(root / "claims.yaml"))
+    p.add_argument("--params", default=str(root / "params.yaml"),
+                   help="the parameters file the stages ran with (default: params.yaml): each metrics.json must "
+                        "record the settings it gives its stage")
     p.add_argument("--check", action="store_true", help="exit 1 when a claim of a stage that ran has no value")
     p.add_argument("--dvc", action="store_true",
                    help="the DVC stage `claims`: write DVC's outputs (results/claims*, reports/index.html, "
@@ -536,7 +554,7 @@ def main(argv=None, root: Path = ROOT) -> list[dict]:
         raise SystemExit(f"claims.yaml: claims {unknown} name stages that pflkit.stages does not have")
     for c in claims:  # a bad rule fails here, before any output is written
         check_rule(c["rule"])
-    params = read_yaml(root / "params.yaml", "parameters file")
+    params = read_yaml(a.params, "parameters file")
     compute = [name for name, s in stages.items() if not s.is_plot]
     folders = result_folders(params, root, compute)
     if a.dvc and a.profiles not in (None, "default"):
@@ -555,9 +573,9 @@ def main(argv=None, root: Path = ROOT) -> list[dict]:
     drift_file = root / DRIFT
     drift = json.loads(drift_file.read_text()).get("claims", {}) if drift_file.is_file() else {}
     try:
-        rows = evaluate(claims, folders, root, drift)
+        rows = evaluate(claims, folders, root, drift, params)
         default = ([r for r in rows if r["profile"] == "default"] if "default" in folders
-                   else evaluate(claims, {"default": root / "results"}, root, drift))
+                   else evaluate(claims, {"default": root / "results"}, root, drift, params))
     except UnreadableResults as exc:
         raise SystemExit(f"claims: {exc}") from None
     if a.out:

@@ -64,7 +64,7 @@ def write_text(path, text: str) -> Path:
 
 
 def write_json(path, obj) -> Path:
-    return write_text(path, json.dumps(_jsonable(obj), indent=2, sort_keys=True) + "\n")
+    return write_text(path, json.dumps(jsonable(obj), indent=2, sort_keys=True) + "\n")
 
 
 def write_report(folder, stem: str, data, text: str) -> None:
@@ -79,11 +79,12 @@ def write_csv(path, frame: pd.DataFrame) -> Path:
     return Path(path)
 
 
-def _jsonable(obj):
+def jsonable(obj):
+    """``obj`` as plain JSON values: keys as str, tuples as lists, 0-d arrays/tensors as numbers, NaN as None."""
     if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
+        return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
+        return [jsonable(v) for v in obj]
     if hasattr(obj, "item") and callable(obj.item) and getattr(obj, "ndim", 1) == 0:
         return obj.item()
     if isinstance(obj, float) and obj != obj:

@@ -68,7 +68,7 @@ def reproduce(profile: str, stages: list[str] | None = None, params_file: str = 
             return 1
     print(f"profile {profile}: {len(chosen)} stages in {time.monotonic() - start:.0f} s", file=sys.stderr)
     ledger = [sys.executable, str(root / "scripts" / "claims.py"), "--profiles", f"{DEFAULT_PROFILE},{profile}",
-              "--out", f"build/{profile}"]
+              "--out", f"build/{profile}", "--params", str(root / params_file)]
     return subprocess.call(ledger, cwd=root)
 
 

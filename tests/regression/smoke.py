@@ -10,8 +10,8 @@ Each notebook's parameters cell is a small smoke configuration; run as-is (by nb
 * except keys the stage lists as ``derived``: picks among trained floats (an arg-min, a verdict)
   that may change within the tolerance; their inputs are compared instead.
 
-Keys that describe the run rather than its result (config, environment, timings, threads, paths) are
-skipped.
+Keys that describe the run rather than its result (config, environment, timings, threads, paths, and the
+provenance: the stage and its settings digest, which any edit of params.yaml changes) are skipped.
 
 Update the expected values after a deliberate change of results (and say why in the commit):
 
@@ -34,7 +34,7 @@ EXPECTED = Path(__file__).resolve().parent / "expected"
 #: files of a smoke run that are compared: metrics.json and every CSV table except timings
 SKIP_FILES = {"run.json", "times.csv"}
 #: keys (flattened, dotted) that describe the run, not its result
-SKIP_KEYS = re.compile(r"(^|\.)(config|environment|device|figures_dir|results_dir)(\.|\[|$)"
+SKIP_KEYS = re.compile(r"(^|\.)(config|environment|device|figures_dir|results_dir|provenance)(\.|\[|$)"
                        r"|runtime|seconds|elapsed|wall|threads")
 
 

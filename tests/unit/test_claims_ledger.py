@@ -10,6 +10,7 @@ import nbformat
 import pytest
 import yaml
 
+from pflkit.report import settings_digest
 from repo_files import load
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,12 +60,25 @@ def _notebook(path: Path, text: str) -> None:
     nbformat.write(nb, path)
 
 
+#: the crafted project's params.yaml: a section per stage that ran, so each has a settings digest
+PARAMS = {"defaults": {"seed": 0}, "perm_fig1": {"rounds": 3}, "perm_fig4": {"rounds": 4}, "perm_fig5": {"rounds": 5},
+          "profiles": {"smoke": {"perm_fig1": {"rounds": 1}}, "paper": {}}}
+
+
+def _stamped(metrics: dict, folder: str, params: dict = PARAMS) -> str:
+    """metrics.json's text as the writer leaves it in ``folder`` (results/<stage> or build/<profile>/<stage>): with
+    the stage and the digest of the settings ``params`` give it (pflkit.report.write_stage's provenance)."""
+    parts = folder.split("/")
+    stage, profile = parts[-1], "default" if parts[0] == "results" else parts[1]
+    return json.dumps({**metrics, "provenance": {"stage": stage, "settings": settings_digest(params, stage, profile)}})
+
+
 def _project(tmp_path: Path) -> Path:
     """A partial run. Default profile: perm_fig1 ran with its figure (holds); perm_fig4 ran, crafted to fail,
     its plot stage did not run (no figure, no figure notebook); perm_fig5 ran and drew its figure but lacks
     the claim's key; perm_fig6 has not run (no results, figure or notebook). Profile smoke ran perm_fig1
     and its figure; profile paper has a build/paper/ folder but no results (no column)."""
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"defaults": {}, "profiles": {"smoke": {}, "paper": {}}}))
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(PARAMS))
     final = {"PERM": {"accuracy_mean": 0.8, "accuracy_std": 0.01}}
     runs = {"results/perm_fig1": {"claim_perm_best": {"margin": 0.02}, "final": final, "dataset": "perm-synthetic"},
             "results/perm_fig4": {"claim_perm_best": {"margin": -0.1}, "final": final, "dataset": "fashion-mnist",
@@ -73,7 +87,7 @@ def _project(tmp_path: Path) -> Path:
             "build/smoke/perm_fig1": {"claim_perm_best": {"margin": -0.3}, "final": {"PERM": {"accuracy_mean": 0.5}}}}
     for folder, metrics in runs.items():
         (tmp_path / folder).mkdir(parents=True)
-        (tmp_path / folder / "metrics.json").write_text(json.dumps(metrics))
+        (tmp_path / folder / "metrics.json").write_text(_stamped(metrics, folder))
     (tmp_path / "build/paper/checkpoints").mkdir(parents=True)  # a profile that started but wrote no results
     for figure in ("figures/perm/fig1_synthetic", "figures/perm/fig5_alpha_heatmap",
                    "build/smoke/figures/perm/fig1_synthetic"):
@@ -156,7 +170,8 @@ def test_by_hand_the_page_shows_the_pipelines_profiles_and_touches_no_dvc_output
     changed = sorted(k for k in after if before.get(k) != after[k]) + sorted(set(before) - set(after))
     assert changed and all(k.startswith("build/claims/") for k in changed), changed
     (root / "build/paper/perm_fig1").mkdir(parents=True)
-    (root / "build/paper/perm_fig1/metrics.json").write_text(json.dumps({"claim_perm_best": {"margin": 0.5}}))
+    (root / "build/paper/perm_fig1/metrics.json").write_text(_stamped({"claim_perm_best": {"margin": 0.5}},
+                                                                      "build/paper/perm_fig1"))
     rows = claims.main(["--claims", str(root / "claims.yaml")], root=root)
     assert {r["profile"] for r in rows} == {"default", "paper"}
     page = (root / "build/claims/index.html").read_text()

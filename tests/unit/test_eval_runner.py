@@ -87,12 +87,14 @@ def test_metrics_json_holds_results_only_and_is_byte_identical_across_reruns(tmp
     from pflkit.report import write_stage
     first = {"final": {"PERM": {"accuracy_mean": 0.9}}, "runtime_s": 12.3, "environment": {"threads": 1},
              "tasks": {"femnist": {"params": 10, "seconds": 4.0}}, "config": {"rounds": 5}}
-    write_stage(str(tmp_path / "a"), first, run_info={"stage": "s"})
-    write_stage(str(tmp_path / "b"), {**first, "runtime_s": 99.0, "tasks": {"femnist": {"params": 10, "seconds": 7.5}}})
-    assert (tmp_path / "a/metrics.json").read_bytes() == (tmp_path / "b/metrics.json").read_bytes()
-    assert json.loads((tmp_path / "a/metrics.json").read_text()) == {
-        "final": {"PERM": {"accuracy_mean": 0.9}}, "tasks": {"femnist": {"params": 10}}}
-    run = json.loads((tmp_path / "a/run.json").read_text())
+    write_stage(str(tmp_path / "a/s"), first, run_info={"stage": "s"})  # two runs of stage s
+    write_stage(str(tmp_path / "b/s"), {**first, "runtime_s": 99.0,
+                                        "tasks": {"femnist": {"params": 10, "seconds": 7.5}}})
+    assert (tmp_path / "a/s/metrics.json").read_bytes() == (tmp_path / "b/s/metrics.json").read_bytes()
+    assert json.loads((tmp_path / "a/s/metrics.json").read_text()) == {
+        "final": {"PERM": {"accuracy_mean": 0.9}}, "tasks": {"femnist": {"params": 10}},
+        "provenance": {"stage": "s", "settings": None}}  # a folder outside results/ and build/: no profile
+    run = json.loads((tmp_path / "a/s/run.json").read_text())
     assert run["stage"] == "s" and run["runtime_s"] == 12.3 and run["tasks.femnist.seconds"] == 4.0
     assert run["environment"] == {"threads": 1} and run["config"] == {"rounds": 5}
 
