@@ -25,6 +25,8 @@ def prepare(key: str, params: dict, root: Path | None = None) -> list[Path]:
     problems = [f"{out.relative_to(root)}: {why}" for out in outs if (why := prepared.output_problem(out, root))]
     if problems:
         raise prepared.PrepareWriteError(f"cannot write {'; '.join(problems)} (nothing was prepared)")
+    for out in outs:  # what a killed run of this stage left beside its folders goes now, before any work
+        prepared.remove_leftovers(out)
     if key == "perm_synthetic":
         written = []
         for stage, out in zip(spec.params, spec.out_paths):

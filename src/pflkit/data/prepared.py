@@ -28,6 +28,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import replace
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..io import default_file_mode
 from ..paths import link_problem, project_root, resolve, shown, why_unwritable
@@ -129,13 +130,60 @@ def _files_digest(location: str) -> list[dict]:
     return [{"path": str(p), "sha256": file_digest(p, "sha256"), "bytes": p.stat().st_size} for p in files]
 
 
+def _partial(folder: Path) -> re.Pattern:
+    """The names of ``folder``'s partial folders beside it: ``.<name>.<writer's pid>.<random>`` (the copy being
+    built) and ``.<name>.<pid>.old`` (the previous copy, moved aside for the rename); before the pid was in the
+    name, ``.<name>.<random>`` and ``.<name>.old``."""
+    return re.compile(rf"\.{re.escape(folder.name)}\.(?:(\d+)\.)?([^.]+)")
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists (this one included): its partial folders may still be written."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_leftovers(folder: Path) -> list[Path]:
+    """Remove the partial folders a killed writer of ``folder`` left beside it (:func:`write_folder`'s hidden
+    copies, named by :func:`_partial`), and return them. The partial folders of a writer that still runs are
+    kept. When ``folder`` itself is gone (the writer died between moving the previous copy aside and renaming
+    the new one into place), the previous copy is put back instead of removed. Called at the start of every
+    write (and of every data stage, ``pflkit.data_stages.prepare``), so what a kill leaves lasts until the next
+    start only."""
+    folder, removed = Path(folder), []
+    if not folder.parent.is_dir():
+        return removed
+    pattern = _partial(folder)
+    for path in sorted(folder.parent.iterdir()):
+        match = pattern.fullmatch(path.name)
+        if match is None or path.is_symlink() or not path.is_dir():
+            continue
+        if match.group(1) is not None and _running(int(match.group(1))):
+            continue
+        if match.group(2) == "old" and not folder.exists():
+            os.replace(path, folder)  # the previous copy back in place
+            continue
+        shutil.rmtree(path)
+        removed.append(path)
+    return removed
+
+
 def write_folder(folder: Path, arrays: dict[str, np.ndarray], manifest: dict) -> Path:
     """Write ``arrays`` (name -> .npy) and manifest.json into ``folder`` in one step: built in a temp folder
-    beside it and renamed into place, so a failure leaves the previous folder (or none), never half of one."""
+    beside it and renamed into place, so a failure leaves the previous folder (or none), never half of one.
+    The partial folders a killed writer left are removed first (:func:`remove_leftovers`)."""
     folder = Path(folder)
     try:
+        remove_leftovers(folder)
         folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.{os.getpid()}.", dir=folder.parent))
     except OSError as exc:
         raise _write_error(folder, exc) from None
     old = None
@@ -153,7 +201,7 @@ def write_folder(folder: Path, arrays: dict[str, np.ndarray], manifest: dict) ->
             os.chmod(p, mode)
         os.chmod(tmp, mode | 0o111)
         if folder.exists():
-            backup = folder.with_name(f".{folder.name}.old")
+            backup = folder.with_name(f".{folder.name}.{os.getpid()}.old")
             shutil.rmtree(backup, ignore_errors=True)
             os.replace(folder, backup)
             old = backup
