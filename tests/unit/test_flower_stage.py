@@ -60,3 +60,40 @@ def test_the_cli_says_when_flower_is_missing(monkeypatch, capsys):
     monkeypatch.setattr(experiment, "flower_installed", lambda: False)
     assert experiment.command("simulate", "smoke") == 2
     assert "Flower is not installed: pip install -e '.[flower]'" in capsys.readouterr().out
+
+
+def _history(engine_values: dict, base_values: dict):
+    """A two-round history of one method on in-process and the simulation engine (accuracy, loss)."""
+    import pandas as pd
+
+    rows = []
+    for engine, values in (("in-process", base_values), ("simulation", engine_values)):
+        for r in (0, 2):
+            for metric in ("accuracy", "loss"):
+                rows.append({"engine": engine, "round": r, "method": "FedAvg", "seed": 0, "metric": metric,
+                             "value": values.get((r, metric), 0.5)})
+    return pd.DataFrame(rows)
+
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize("engine, base, verdict, shown", [
+    ({}, {}, "reproduces", "largest |difference| 0.00e+00 (loss 0.00e+00)"),
+    ({(2, "accuracy"): NAN}, {}, "does NOT reproduce", "largest |difference| NaN (a run's value is not a number) "
+                                                        "(loss 0.00e+00)"),
+    ({(0, "loss"): NAN}, {}, "does NOT reproduce", "(loss NaN (a run's value is not a number))"),
+    ({}, {(2, "accuracy"): NAN, (2, "loss"): NAN}, "does NOT reproduce", "largest |difference| NaN"),
+], ids=["equal", "engine accuracy NaN", "engine loss NaN at round 0", "in-process NaN"])
+def test_a_nan_on_either_side_of_the_equivalence_check_reads_as_a_failure(engine, base, verdict, shown):
+    """``.abs().max()`` skips NaN: a NaN difference used to print as 0.00e+00 and pass. Now it is no number
+    within the tolerance (of accuracy, and a NaN loss difference fails too): the verdict fails, metrics.json
+    keeps it as null, and the text says NaN."""
+    history = _history(engine, base)
+    table = experiment.final_table(history, 2)
+    metrics = experiment.summary(table, history, ["in-process", "simulation"])
+    row = metrics["flower"]["simulation"]["FedAvg"]
+    assert row["within_tolerance"] is (verdict == "reproduces")
+    assert set(metrics["in_process"]["FedAvg"]) <= {"accuracy", "loss"}  # no difference columns of its own
+    text = experiment.describe(metrics)
+    assert f"Flower simulation (Ray) {verdict} in-process FedAvg" in text and shown in text

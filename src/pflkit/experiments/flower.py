@@ -9,6 +9,7 @@ methods it accepts are those whose class declares ``federated`` (``curves.FEDERA
 """
 from __future__ import annotations
 
+import math
 import time
 from typing import Literal
 
@@ -174,7 +175,8 @@ def final_table(history: pd.DataFrame, rounds: int) -> pd.DataFrame:
         row = {"method": method, "engine": engine, "accuracy": last["accuracy"], "loss": last["loss"]}
         if engine != IN_PROCESS:
             for metric in ("accuracy", "loss"):
-                row[f"max_abs_diff_{metric}"] = float(d[d["metric"] == metric]["difference"].abs().max())
+                # skipna=False: a NaN on either side is a difference no tolerance accepts (pandas skips it)
+                row[f"max_abs_diff_{metric}"] = float(d[d["metric"] == metric]["difference"].abs().max(skipna=False))
         rows.append(row)
     return pd.DataFrame(rows).set_index(["method", "engine"])
 
@@ -185,26 +187,36 @@ def summary(table: pd.DataFrame, history: pd.DataFrame, ran: list[str]) -> dict:
     out: dict = {"in_process": {}, "loopback": {}, "tolerance": TOLERANCE}
     for (method, engine), row in table.iterrows():
         values = {k: float(v) for k, v in row.items() if pd.notna(v)}
+        if engine != IN_PROCESS:  # a NaN difference is kept (as null), and fails
+            values.update({k: None for k, v in row.items() if k.startswith("max_abs_diff") and pd.isna(v)})
         if engine in ENGINES:
-            values["within_tolerance"] = bool(values["max_abs_diff_accuracy"] <= TOLERANCE)
+            diff = values["max_abs_diff_accuracy"]
+            values["within_tolerance"] = diff is not None and values["max_abs_diff_loss"] is not None \
+                and bool(diff <= TOLERANCE)
             out.setdefault("flower", {}).setdefault(engine, {})[method] = values
         else:
             out["in_process" if engine == IN_PROCESS else "loopback"][method] = values
     return out
 
 
+def _difference(value: float | None) -> str:
+    return "NaN (a run's value is not a number)" if value is None or value != value else f"{value:.2e}"
+
+
 def describe(metrics: dict, skipped: list[str] | None = None) -> str:
     """The verdicts in words: every engine against in-process, final personalized accuracy."""
     lines = []
     for method, row in metrics.get("loopback", {}).items():
-        lines.append(f"{ENGINE_NAMES[LOOPBACK]}, {method}: final accuracy {row['accuracy']:.4f}, largest |difference| "
-                     f"from in-process over all rounds {row['max_abs_diff_accuracy']:.2e}")
+        lines.append(f"{ENGINE_NAMES[LOOPBACK]}, {method}: final accuracy {row.get('accuracy', math.nan):.4f}, "
+                     f"largest |difference| from in-process over all rounds "
+                     f"{_difference(row['max_abs_diff_accuracy'])}")
     for engine, methods in metrics.get("flower", {}).items():
         for method, row in methods.items():
             verdict = "reproduces" if row["within_tolerance"] else "does NOT reproduce"
             lines.append(f"{ENGINE_NAMES[engine]} {verdict} in-process {method} within "
-                         f"{metrics['tolerance']:g}: final accuracy {row['accuracy']:.4f}, largest |difference| "
-                         f"{row['max_abs_diff_accuracy']:.2e} (loss {row['max_abs_diff_loss']:.2e})")
+                         f"{metrics['tolerance']:g}: final accuracy {row.get('accuracy', math.nan):.4f}, "
+                         f"largest |difference| {_difference(row['max_abs_diff_accuracy'])} "
+                         f"(loss {_difference(row['max_abs_diff_loss'])})")
     if skipped:
         lines.append(f"Flower is not installed ({INSTALL_HINT}): skipped the {' and '.join(skipped)} engine(s); "
                      "the loopback rows run the same server and client code in one process")

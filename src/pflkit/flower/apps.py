@@ -70,15 +70,33 @@ def packed(arrays: dict[str, torch.Tensor]) -> np.ndarray:
 
 
 def unpacked(flat: np.ndarray) -> dict[str, torch.Tensor]:
-    """The tensors :func:`packed` packed (fresh, writable)."""
+    """The tensors :func:`packed` packed (fresh, writable). Bytes that are not such a packing (a header that
+    does not parse, names a dtype torch does not have or a bad shape, or tensors whose sizes do not add up to
+    the bytes that follow it) raise a ValueError saying which."""
+    flat = np.asarray(flat)
+    if flat.dtype != np.uint8 or flat.ndim != 1 or flat.size < 8:
+        raise ValueError(f"packed tensors are one uint8 array of at least 8 bytes, got {flat.dtype} {flat.shape}")
     size = int.from_bytes(flat[:8].tobytes(), "little")
+    if size > flat.size - 8:
+        raise ValueError(f"the header claims {size} bytes, the message has {flat.size - 8} after its length")
     out, at = {}, 8 + size
-    for name, dtype, shape in json.loads(flat[8:at].tobytes()):
-        dt = getattr(torch, dtype)
-        n = math.prod(shape) * dt.itemsize
-        raw = torch.from_numpy(flat[at:at + n].copy())
-        out[name] = (raw.view(dt) if n else torch.empty(0, dtype=dt)).reshape(shape)
-        at += n
+    try:
+        layout = json.loads(flat[8:at].tobytes())
+        for name, dtype, shape in layout:
+            dt = getattr(torch, str(dtype), None)
+            if not isinstance(name, str) or not isinstance(dt, torch.dtype) or not isinstance(shape, list) \
+                    or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+                raise ValueError(f"bad tensor entry {[name, dtype, shape]!r}")
+            n = math.prod(shape) * dt.itemsize
+            if at + n > flat.size:
+                raise ValueError(f"tensor {name!r} {dtype} {shape} needs {n} bytes, {flat.size - at} are left")
+            raw = torch.from_numpy(flat[at:at + n].copy())
+            out[name] = (raw.view(dt) if n else torch.empty(0, dtype=dt)).reshape(shape)
+            at += n
+    except (TypeError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"the header is not a list of [name, dtype, shape]: {exc}") from None
+    if at != flat.size:
+        raise ValueError(f"{flat.size - at} bytes follow the tensors the header lists (size mismatch)")
     return out
 
 
@@ -219,7 +237,11 @@ class Exchange:
                 raise FederationError(f"round {round_number}, {kind} pass: client {c} (node "
                                       f"{message.metadata.src_node_id}) failed: {message.error.reason} "
                                       f"(code {message.error.code})")
-            got[c] = reply_from(message)
+            try:
+                got[c] = reply_from(message)
+            except (ValueError, KeyError, TypeError) as exc:  # the server refuses it, naming the client
+                got[c] = Reply({}, {}, problem=f"unreadable message: {exc}")
+                continue
             _count(up, message.content, got[c].arrays)
         self.traffic.append({"round": round_number, "kind": kind, "clients": len(jobs),
                              **{f"down_{k}": v for k, v in self._down.items()},
@@ -427,6 +449,7 @@ def serve(grid: Grid, specs: list[RunSpec], results: str | None = None) -> dict:
                             "setup_seconds": t_start - t1, "total_seconds": time.perf_counter() - t1,
                             "traffic": exchange.traffic, "participation": server.participation,
                             "lost": {str(c): p for c, p in server.lost.items()},
+                            "rejected": {str(c): r for c, r in server.rejected.items()},
                             "num_parameters": sum(v.numel() for v in server.global_model().values())})
         states.append(final_state(server))
     out["total_seconds"] = time.perf_counter() - t0
@@ -450,13 +473,19 @@ def final_state(server: FederatedServer) -> dict:
 
 def server_app(specs_json: str | None = None, results: dict | None = None) -> ServerApp:
     """The ServerApp: its specs are ``specs_json`` or the run config's ``specs``; with ``results`` (a dict,
-    the simulation engine) the results (final states included) are stored there too."""
+    the simulation engine) the results (final states included) are stored there too, or, when the run
+    fails, its exception (``error``)."""
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         specs = specs_from_json(specs_json or str(context.run_config["specs"]))
-        out = serve(grid, specs, str(context.run_config.get("results", "")) or None)
+        try:
+            out = serve(grid, specs, str(context.run_config.get("results", "")) or None)
+        except Exception as exc:  # the simulation engine logs it and returns: ``simulate`` raises it again
+            if results is not None:
+                results["error"] = exc
+            raise
         if results is not None:
             results.update(out)
 

@@ -45,10 +45,12 @@ class Job:
 @dataclass
 class Reply:
     """A client's answer: ``model.<name>`` [m, ..] (the step's outputs) or ``accuracy``/``loss``/``n`` [1],
-    and ``metrics`` (plain numbers: the client's compute seconds)."""
+    and ``metrics`` (plain numbers: the client's compute seconds). ``problem``: why the transport could not
+    read the message it came in (the server refuses such a reply; ``server.reply_problem``)."""
 
     arrays: dict[str, Tensor]
     metrics: dict = field(default_factory=dict)
+    problem: str | None = None
 
 
 def prefixed(prefix: str, params: Params) -> dict[str, Tensor]:

@@ -53,7 +53,9 @@ def start_ray(init_args: dict, attempts: int = RAY_START_ATTEMPTS) -> None:
 def simulate(specs: list[RunSpec], *, num_cpus: int = 2, object_store_mb: int = 256, quiet: bool = True) -> dict:
     """Run ``specs`` (one or more methods on one federation, one after the other) on the simulation engine;
     returns what the ServerApp reports (``apps.serve``: per run its history, per-round seconds, traffic;
-    the final states) plus ``wall_seconds`` of the whole call (Ray's start-up included)."""
+    the final states) plus ``wall_seconds`` of the whole call (Ray's start-up included). A run that fails
+    raises the ServerApp's error (``FederationError``, ``RejectedReply``, ``DivergenceError``: which client,
+    node, round and pass)."""
     require_flower()
     check_int("num_cpus", num_cpus, 1, "an integer >= 1 (Ray actors, one CPU each)")
     check_int("object_store_mb", object_store_mb, 80, "an integer >= 80 (Ray's minimum)")
@@ -79,6 +81,8 @@ def simulate(specs: list[RunSpec], *, num_cpus: int = 2, object_store_mb: int = 
     start_ray(backend["init_args"])
     run_simulation(server_app=server_app(text, results), client_app=client_app(text), num_supernodes=num_nodes,
                    backend_name="ray", backend_config=backend)
+    if "error" in results:  # the ServerApp's own error (a client named, a divergence), as the other engines raise it
+        raise results["error"]
     if "runs" not in results:
         raise RuntimeError("the simulation ended without results (the ServerApp failed: see the log above)")
     results["wall_seconds"] = time.perf_counter() - start

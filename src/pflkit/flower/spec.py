@@ -13,6 +13,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from ..checks import check_int
+from ..divergence import DIVERGE_FACTOR
 from ..algorithms import (MAML, PERM, FedAvg, Local, LocalizedFedAvg, LocalUpdate, PartialFedAvg, PerFedAvg, PERMHetero,
                           PFedMe)
 from ..algorithms.server_opt import ServerOpt
@@ -114,7 +115,9 @@ class RunSpec:
     for the replies of one pass before it stops the run with an error naming the silent clients, or (with
     ``min_clients``, for a method that ``tolerates_missing``) goes on without them while at least
     ``min_clients`` of the pass's clients answered (a client that missed a pass is sent nothing after);
-    ``label``: the method's name in results (default: the class's ``name``)."""
+    ``label``: the method's name in results (default: the class's ``name``); ``diverge_factor``: the divergence
+    rule's factor (``pflkit.divergence``, as ``runner.run``'s; None: no loss-growth check, non-finite values
+    still stop the run)."""
 
     method: str
     settings: dict
@@ -128,6 +131,7 @@ class RunSpec:
     label: str = ""
     min_clients: int | None = None
     extra: dict = field(default_factory=dict)  # free-form (e.g. a fault to inject in tests); not read here
+    diverge_factor: float | None = DIVERGE_FACTOR
 
     def __post_init__(self):
         why = refusal(method_class(self.method))
@@ -143,6 +147,11 @@ class RunSpec:
             check_int(name, getattr(self, name), 0 if name == "seed" else 1)
         if isinstance(self.timeout, bool) or not isinstance(self.timeout, (int, float)) or not self.timeout > 0:
             raise ValueError(f"timeout must be a number of seconds > 0, got {self.timeout!r}")
+        factor = self.diverge_factor
+        if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
+                                   or not 1 < factor < float("inf")):
+            raise ValueError(f"diverge_factor must be None (no loss-growth check) or a finite number > 1, "
+                             f"got {factor!r}")
         if self.min_clients is not None:
             check_int("min_clients", self.min_clients, 1, "None (every client) or an integer >= 1")
             if not method_class(self.method).tolerates_missing:
