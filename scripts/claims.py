@@ -155,6 +155,10 @@ def decide(rule: str, columns: list[list]) -> bool:
         ok = {"increasing": lambda a, b: a < b, "decreasing": lambda a, b: a > b,
               "nondecreasing": lambda a, b: a <= b + 1e-12}[rule]  # a bound: float64 round-off allowed
         return all(len(r) > 1 and all(ok(a, b) for a, b in zip(r, r[1:])) for r in rows)
+    if rule == "equal":  # every path gives the same value, entry by entry (e.g. two verdicts agree)
+        if any(len(col) != len(columns[0]) for col in columns):
+            raise ValueError(f"rule {rule!r}: the paths match different numbers of entries")
+        return all(all(v == r[0] for v in r) for r in zip(*columns))
     if rule.startswith("between "):
         lo, hi = map(float, rule.split()[1:])
         return all(lo <= v <= hi for v in flat)
@@ -164,7 +168,7 @@ def decide(rule: str, columns: list[list]) -> bool:
     m = RULE.match(rule)
     if not m:
         raise ValueError(f"unknown rule {rule!r}; allowed: true, < x, <= x, > x, >= x, abs < x, between lo hi, "
-                         "within x, increasing, decreasing, nondecreasing")
+                         "within x, equal, increasing, decreasing, nondecreasing")
     absolute, op, bound = m.group(1), m.group(2), float(m.group(3))
     cmp = {"<": lambda v: v < bound, "<=": lambda v: v <= bound, ">": lambda v: v > bound, ">=": lambda v: v >= bound}
     return all(cmp[op](abs(v) if absolute else v) for v in flat)
@@ -264,6 +268,8 @@ def dataset_of(metrics: dict) -> tuple[str, bool]:
     paper = metrics.get("paper_dataset")
     if substitute and paper and str(paper) not in name:
         name = f"{name} (substitute for {paper})"
+    if metrics.get("setting"):  # the curve stages' setting as it ran (clients, split, model, rounds, K, seeds)
+        name = f"{name}: {metrics['setting']}" if name else str(metrics["setting"])
     return name, substitute
 
 

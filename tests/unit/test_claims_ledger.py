@@ -32,9 +32,19 @@ PNG = bytes.fromhex("89504e470d0a1a0a0000000d49484452000000010000000108060000001
     ("decreasing", [[3, 2, 1]], True), ("increasing", [[1, 5], [2, 6]], True), ("increasing", [[1, 5], [2, 4]], False),
     ("nondecreasing", [[1.0, 2.0], [1.0, 2.5]], True), ("nondecreasing", [[1.0], [0.5]], False),
     ("within 0.01", [[0.1, 0.5], [0.105, 0.509]], True), ("within 0.01", [[0.1], [0.2]], False),
+    ("equal", [[True], [True]], True), ("equal", [[False], [False]], True), ("equal", [[True], [False]], False),
+    ("equal", [[1, 2], [1, 3]], False),
 ])
 def test_each_rule_decides_both_ways(rule, columns, verdict):
     assert claims.decide(rule, columns) is verdict
+
+
+def test_the_data_column_names_the_setting_a_curve_stage_ran():
+    metrics = {"dataset": "fashion-mnist", "paper_dataset": "cifar10", "is_substitute": True,
+               "setting": "N=50, 4 classes per client, 2 label-shifted groups, cnn, 60 rounds"}
+    assert claims.dataset_of(metrics) == ("fashion-mnist (substitute for cifar10): N=50, 4 classes per client, "
+                                          "2 label-shifted groups, cnn, 60 rounds", True)
+    assert claims.dataset_of({"dataset": "mnist"}) == ("mnist", False)
 
 
 def test_a_bad_rule_names_the_allowed_ones():

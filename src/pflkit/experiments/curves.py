@@ -334,7 +334,7 @@ def run_curves(cfg: RunConfig, model_factory: Callable, data_for_seed: Callable[
     data = data_for_seed(cfg.seeds[0])
     record = record or {"dataset": data.name, "paper_dataset": data.paper_dataset or data.name,
                         "is_substitute": data.is_substitute}
-    metrics = {**record, "final": table_records(table), "runtime_s": round(elapsed, 2)}
+    metrics = {**record, "setting": scale, "final": table_records(table), "runtime_s": round(elapsed, 2)}
     claim = perm_claim(table, history=history)
     if claim is not None:
         metrics["claim_perm_best"] = claim

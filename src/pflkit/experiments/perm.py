@@ -498,6 +498,16 @@ class PermFig4Config(ImageCurvesConfig):
         return self
 
 
+def split_label(partition: dict) -> str:
+    """The client split in words: "4 classes per client", "Dirichlet(0.3) split", or "<scheme> split"."""
+    scheme = partition.get("scheme")
+    if scheme == "classes" and "classes_per_client" in partition:
+        return f"{partition['classes_per_client']} classes per client"
+    if scheme == "dirichlet" and "beta" in partition:
+        return f"Dirichlet({partition['beta']}) split"
+    return f"{scheme} split"
+
+
 def curve_setup(cfg: RunConfig) -> tuple[Callable, Callable[[int], FederatedDataset], dict | None, str]:
     """What a curve stage trains on: (model factory, federation of a seed, dataset record or None, scale)."""
     if isinstance(cfg, PermFig1Config):
@@ -510,7 +520,7 @@ def curve_setup(cfg: RunConfig) -> tuple[Callable, Callable[[int], FederatedData
         raise ValueError(f"label_groups: {cfg.label_groups} exceeds the {img.num_classes} classes of {img.label}; "
                          f"allowed: 1..{img.num_classes}")
     groups = f", {cfg.label_groups} label-shifted groups" if cfg.label_groups > 1 else ""
-    scale = (f"N={cfg.num_clients}, {cfg.partition.get('scheme')} split{groups}, {cfg.model.name} "
+    scale = (f"N={cfg.num_clients}, {split_label(cfg.partition)}{groups}, {cfg.model.name} "
              f"({count_parameters(factory()):,} params), {cfg.rounds} rounds, K={cfg.local_steps}, "
              f"{len(cfg.seeds)} seeds")
     return factory, lambda seed: image_federation(cfg, img, seed).with_label_groups(cfg.label_groups), \
