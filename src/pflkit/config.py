@@ -14,8 +14,9 @@ import os
 import re
 import types
 import typing
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, ClassVar, Mapping
+from typing import Annotated, Any, Callable, ClassVar, Mapping
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -82,8 +83,9 @@ def one_of(choices) -> Any:
 
 def unique(values: list) -> list:
     """``values`` unchanged, or a ValueError naming the repeated entries (a repeated method or seed
-    would run twice and be recorded once)."""
-    repeated = sorted({v for v in values if values.count(v) > 1}, key=str)
+    would run twice and be recorded once). Linear in the list's length (entries are hashable: names, numbers)."""
+    seen: set = set()
+    repeated = sorted({v for v in values if v in seen or seen.add(v)}, key=str)
     if repeated:
         raise ValueError(f"must not repeat entries; repeated: {repeated}")
     return values
@@ -723,18 +725,22 @@ def validate_stage(params: Mapping[str, Any], stage: str, profile: str = DEFAULT
 
 def construct(cls: type[StageConfig], values: Mapping[str, Any], stage: str | None,
               origins: Mapping[str, str] | None = None, machine: bool = True) -> StageConfig:
-    """``cls(**values)`` within the machine's limits (``machine_problems``, unless ``machine`` is False), or a
-    ConfigError with one ``stage.key: problem`` line each (``format_errors``)."""
+    """``cls(**values)`` that breaks no rule across keys (``CROSS_KEY_RULES``) and fits the machine's limits
+    (``machine_problems``, unless ``machine`` is False), or a ConfigError with one ``stage.key: problem`` line each
+    (``format_errors``)."""
     try:
         cfg = cls(**dict(values))
     except ValidationError as exc:
         raise ConfigError(format_errors(cls, exc, stage, origins)) from None
-    problems = cfg.machine_problems() if machine else []
-    if problems:
-        def name(key):
-            section = (origins or {}).get(key, stage)
-            return f"{section}.{short_key(key)}" if section else short_key(key)
-        raise ConfigError("\n".join(clip_line(f"{name(k)}: {msg}") for k, msg in problems))
+
+    def name(key):
+        head = key.split(".", 1)[0]
+        section = (origins or {}).get(head, stage)
+        return f"{section}.{short_key(key)}" if section else short_key(key)
+
+    for problems in (cross_key_problems(cfg), cfg.machine_problems() if machine else []):
+        if problems:
+            raise ConfigError("\n".join(dict.fromkeys(clip_line(f"{name(k)}: {msg}") for k, msg in problems)))
     return cfg
 
 
@@ -1053,3 +1059,151 @@ def check_simplex(weights, tol: float = 1e-6):
 
 
 SimplexWeights = Annotated[list, AfterValidator(check_simplex)]
+
+
+# --------------------------------------------------------------------------- rules across keys
+# One table of the rules that relate keys of a stage config (a value that makes a method do nothing, a size that
+# must fit another), each applied to every stage config that has the fields it reads, after the config's own
+# types and ranges (``construct``): ``python -m pflkit validate`` refuses the setting naming the stage, the key
+# and the range allowed, before any work.
+
+@dataclass(frozen=True)
+class CrossKeyRule:
+    """A rule across keys: ``check(cfg)`` gives (key, problem) pairs (an empty list: it holds), for every stage
+    config that has each of ``fields`` (top-level field names; ``PERM_SECTIONS``: the config has a PERM section
+    whose method it runs, see ``perm_sections``). ``what``: the rule in a few words."""
+
+    what: str
+    fields: tuple[str, ...]
+    check: Callable[[Any], list[tuple[str, str]]]
+
+    def applies(self, cfg) -> bool:
+        return all(bool(perm_sections(cfg)) if f == PERM_SECTIONS else hasattr(cfg, f) for f in self.fields)
+
+
+#: stands in ``CrossKeyRule.fields`` for "a PERM section whose method the config runs"
+PERM_SECTIONS = "<perm sections>"
+
+
+def perm_sections(cfg) -> list[tuple[str, Any]]:
+    """(field name, section) of every PERM section of ``cfg`` -- a nested section with ``warmup_rounds`` -- whose
+    method the config runs: the method of the section's name is in ``methods`` (PERM's methods are named ``perm*``;
+    one with no section of its own, such as ``perm_hetero``, runs the ``perm`` section), or the config has no
+    ``methods``."""
+    methods = getattr(cfg, "methods", None)
+    out = []
+    for name in type(cfg).model_fields:
+        section = getattr(cfg, name)
+        if not isinstance(section, BaseModel) or "warmup_rounds" not in type(section).model_fields:
+            continue
+        runs = methods is None or name in methods or name == "perm" and any(
+            m.startswith("perm") and m not in type(cfg).model_fields for m in methods)
+        if runs:
+            out.append((name, section))
+    return out
+
+
+def _lower_bound(model: BaseModel, field: str) -> int:
+    """The ``ge`` bound of an int field of ``model`` (0 when it has none)."""
+    return next((m.ge for m in type(model).model_fields[field].metadata if getattr(m, "ge", None) is not None), 0)
+
+
+def _warmup_problems(cfg) -> list[tuple[str, str]]:
+    """PERM's warm-up must leave it rounds: its rounds count from the first FedAvg warm-up round."""
+    problems = []
+    for name, section in perm_sections(cfg):
+        low = _lower_bound(section, "warmup_rounds")
+        if section.warmup_rounds >= cfg.rounds:
+            allowed = f"{low}..{cfg.rounds - 1}" if cfg.rounds - 1 >= low else f"none below rounds = {cfg.rounds}"
+            problems.append((f"{name}.warmup_rounds",
+                             f"{section.warmup_rounds} >= rounds = {cfg.rounds}: method {name} would never leave its "
+                             f"FedAvg warm-up (its rounds count from the first warm-up round); allowed: {allowed}"))
+    return problems
+
+
+def _alpha_update_problems(cfg) -> list[tuple[str, str]]:
+    """PERM's global step and alpha update must happen: ``update_every`` (rounds, or ``epoch`` = num_clients) within
+    the rounds after the warm-up, or null (two-stage) with alpha estimated once (``alpha_init: estimate``)."""
+    problems = []
+    for name, section in perm_sections(cfg):
+        if "update_every" not in type(section).model_fields or section.warmup_rounds >= cfg.rounds:
+            continue  # no such setting (its variant is two-stage by design), or the warm-up rule names it
+        every, personal = section.update_every, cfg.rounds - section.warmup_rounds
+        allowed = (f"allowed: 1..{personal}" + (", 'epoch'" if cfg.num_clients <= personal else "")
+                   + (", or null (two-stage: alpha estimated once, with alpha_init 'estimate')"))
+        if every is None:
+            if getattr(section, "alpha_init", None) == "uniform":
+                problems.append((f"{name}.update_every",
+                                 f"null with {name}.alpha_init 'uniform': method {name} would never estimate nor "
+                                 f"update alpha (it stays uniform); allowed: alpha_init 'estimate' (two-stage), or "
+                                 f"update_every 1..{personal}" + (", 'epoch'" if cfg.num_clients <= personal else "")))
+            continue
+        period = cfg.num_clients if every == "epoch" else every
+        if period > personal:
+            shown = f"'epoch' (num_clients = {cfg.num_clients} rounds)" if every == "epoch" else str(every)
+            problems.append((f"{name}.update_every",
+                             f"{shown} exceeds the {personal} rounds after the warm-up (rounds {cfg.rounds} - "
+                             f"{name}.warmup_rounds {section.warmup_rounds}): method {name} would never take its "
+                             f"global step nor update alpha; {allowed}"))
+    return problems
+
+
+def _every_problems(every: str, length: str, what: str):
+    """A recording period ``every`` (eval_every, record_every) no longer than the run (``length``): else the curves
+    hold only the first and the last point."""
+    def check(cfg) -> list[tuple[str, str]]:
+        runs = [(length, getattr(cfg, length))] if hasattr(cfg, length) else \
+            [(f"tasks.{k}.{length}", getattr(t, length)) for k, t in cfg.tasks.items() if hasattr(t, length)]
+        value = getattr(cfg, every)
+        short = [(k, n) for k, n in runs if value > n]
+        if not short:
+            return []
+        k, n = min(short, key=lambda kn: kn[1])
+        return [(every, f"{value} > {k} = {n}: the run would be {what} only at its start and its end; "
+                        f"allowed: 1..{min(n for _, n in runs)}")]
+    return check
+
+
+def _label_group_problems(cfg) -> list[tuple[str, str]]:
+    """Label-shifted groups (``FederatedDataset.with_label_groups``) need a class per group, of whichever dataset
+    runs (the named one or its substitute)."""
+    names = [n for n in (getattr(cfg.dataset, "name", None), getattr(cfg.dataset, "substitute", None)) if n]
+    for name in names:
+        try:
+            classes = dataset_num_classes(name)
+        except ValueError:
+            continue  # the name itself is reported by its own field
+        if cfg.label_groups > classes:
+            return [("label_groups", f"{cfg.label_groups} exceeds the {classes} classes of {name} (group g's labels "
+                                     f"are shifted by g); allowed: 1..{classes}")]
+    return []
+
+
+def _perfedavg_problems(cfg) -> list[tuple[str, str]]:
+    """Per-FedAvg's inner (personalization) step: alpha 0 makes it FedAvg."""
+    runs = [m for m in cfg.methods if m.startswith("perfedavg")]
+    if runs and cfg.perfedavg.alpha == 0:
+        return [("perfedavg.alpha", f"0 makes the inner (personalization) step of {', '.join(runs)} do nothing "
+                                    f"(the method is FedAvg); allowed: > 0")]
+    return []
+
+
+#: every rule across keys, applied by ``construct`` to each stage config that has its fields
+CROSS_KEY_RULES: tuple[CrossKeyRule, ...] = (
+    CrossKeyRule("PERM's warm-up leaves it rounds", ("rounds", PERM_SECTIONS), _warmup_problems),
+    CrossKeyRule("PERM's global step and alpha update happen", ("rounds", "num_clients", PERM_SECTIONS),
+                 _alpha_update_problems),
+    CrossKeyRule("evaluated before the last round", ("eval_every", "rounds"),
+                 _every_problems("eval_every", "rounds", "evaluated")),
+    CrossKeyRule("each task evaluated before its last round", ("eval_every", "tasks"),
+                 _every_problems("eval_every", "rounds", "evaluated")),
+    CrossKeyRule("recorded before the last step", ("record_every", "steps"),
+                 _every_problems("record_every", "steps", "recorded")),
+    CrossKeyRule("a class per label group", ("label_groups", "dataset"), _label_group_problems),
+    CrossKeyRule("Per-FedAvg personalizes", ("perfedavg", "methods"), _perfedavg_problems),
+)
+
+
+def cross_key_problems(cfg) -> list[tuple[str, str]]:
+    """(key, problem) of every rule of ``CROSS_KEY_RULES`` that ``cfg`` breaks (empty: none)."""
+    return [p for rule in CROSS_KEY_RULES if rule.applies(cfg) for p in rule.check(cfg)]
