@@ -46,6 +46,41 @@ def _code_cells(nb) -> list[str]:
     return [c.source.strip() for c in nb.cells if c.cell_type == "code"]
 
 
+def _code_tags(nb) -> list[list[str]]:
+    """Each code cell's tags, sorted: what papermill (``parameters``) and nbval (``nbval-skip``, ``raises-exception``,
+    ...) act on."""
+    return [sorted(c.metadata.get("tags", [])) for c in nb.cells if c.cell_type == "code"]
+
+
+#: the tag of the cell papermill injects a stage's parameters after (its values replaced by the injected ones)
+PARAMETERS_TAG = "parameters"
+#: the names the stage runner injects (``run_stage``): the parameters cell must assign each, or papermill's cell,
+#: injected at the top, is overwritten by the notebook's own values (a twin without the cell runs the smoke profile)
+RUNNER_PARAMETERS = ("stage", "profile", "results_dir", "figures_dir")
+
+
+def parameters_problem(nb) -> str | None:
+    """What is wrong with a notebook's parameters cell, or None: exactly one code cell is tagged ``parameters``, and
+    it assigns every name of ``RUNNER_PARAMETERS``."""
+    import ast
+
+    cells = [c for c in nb.cells if c.cell_type == "code" and PARAMETERS_TAG in c.metadata.get("tags", [])]
+    if len(cells) != 1:
+        return (f"{len(cells)} code cells are tagged {PARAMETERS_TAG!r}; exactly one must be (papermill injects the "
+                f"stage's values after it: in py:percent, `# %% tags=[\"{PARAMETERS_TAG}\"]`)")
+    try:
+        tree = ast.parse(cells[0].source)
+    except SyntaxError as exc:
+        return f"the {PARAMETERS_TAG!r} cell does not parse: {exc.msg} (line {exc.lineno})"
+    assigned = {t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
+    missing = [n for n in RUNNER_PARAMETERS if n not in assigned]
+    if missing:
+        return (f"the {PARAMETERS_TAG!r} cell does not assign {', '.join(missing)}; it must assign each of "
+                f"{', '.join(RUNNER_PARAMETERS)} (the values the stage runner injects)")
+    return None
+
+
 def twin_of(notebook: Path) -> Path:
     return notebook.with_suffix(".py")
 
@@ -231,9 +266,18 @@ def check_twins(root: str | Path | None = None) -> list[str]:
         if not twin.exists():
             problems.append(f"{nb_path}: no py:percent twin {twin.name}")
             continue
-        if _code_cells(nbformat.read(nb_path, as_version=4)) != _code_cells(jupytext.read(twin)):
-            problems.append(f"{nb_path}: code differs from {twin.name}; run "
-                            f"`python -m pflkit notebooks refresh {twin.relative_to(root)}` or sync with jupytext")
+        nb, paired = nbformat.read(nb_path, as_version=4), jupytext.read(twin)
+        fix = f"run `python -m pflkit notebooks refresh {twin.relative_to(root)}` or sync with jupytext"
+        if _code_cells(nb) != _code_cells(paired):
+            problems.append(f"{nb_path}: code differs from {twin.name}; {fix}")
+        elif _code_tags(nb) != _code_tags(paired):
+            i, a, b = next((i, a, b) for i, (a, b) in enumerate(zip(_code_tags(nb), _code_tags(paired))) if a != b)
+            problems.append(f"{nb_path}: cell tags differ from {twin.name} (code cell {i}: the notebook has {a}, "
+                            f"the twin {b}); {fix}")
+        for path, notebook in ((twin, paired), (nb_path, nb)):
+            why = parameters_problem(notebook)
+            if why:
+                problems.append(f"{path}: {why}")
     for twin in sorted((root / "notebooks").rglob("*.py")):
         if not twin.with_suffix(".ipynb").exists():
             problems.append(f"{twin}: no notebook {twin.with_suffix('.ipynb').name}")
@@ -312,8 +356,9 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
 
     Before anything is removed or run (else :class:`StageError` naming the path and why): ``notebook`` must
     be the one dvc.yaml's command names for ``stage`` (``_check_pair``; dvc.yaml is written from
-    ``pflkit.stages``); no declared output, working folder (build/running, build/failed, checkpoints) or folder
-    above one inside the project may be a symbolic link; each must be writable, and an existing output
+    ``pflkit.stages``), its twin must have its parameters cell (``parameters_problem``); no declared output,
+    working folder (build/running, build/failed, checkpoints) or folder above one inside the project may be a
+    symbolic link; each must be writable, and an existing output
     folder must be one whose old contents can be removed. On any failure -- a cell raising, Ctrl-C, or an
     OSError such as a full disk while writing the report -- every declared output is removed (no
     half-written results) and the failed notebook is kept whole as ``build/failed/<stage>.ipynb`` (every
@@ -336,7 +381,8 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
     cfg = validate_stage(load_params(root / params_file), stage, profile)  # bad input fails before any work
     twin, report, outputs, running, failed = _stage_paths(stage, Path(notebook), root, profile, cfg)
     code = twin.read_bytes()
-    tmp, progress = _prepare_run(stage, outputs, running, [root / cfg.results_dir, report.parent], twin, code, root)
+    nb = _runnable_notebook(stage, twin, code, root)  # its parameters cell, checked before anything is removed
+    tmp, progress = _prepare_run(stage, outputs, running, [root / cfg.results_dir, report.parent], nb, root)
     temps = [tmp, progress]
 
     start = time.monotonic()
@@ -348,9 +394,8 @@ def run_stage(stage: str, notebook: str | Path, params_file: str = "params.yaml"
             try:
                 # the notebook reads its values from params.yaml (the profile's); the runner names the
                 # stage, the profile and the output folders
-                executed = execute_notebook(tmp, tmp, cwd=root, parameters={
-                    "stage": stage, "profile": profile, "results_dir": cfg.results_dir,
-                    "figures_dir": cfg.figures_dir})
+                executed = execute_notebook(tmp, tmp, cwd=root, parameters=dict(zip(RUNNER_PARAMETERS, (
+                    stage, profile, cfg.results_dir, cfg.figures_dir))))
             finally:
                 echo.stop()
         if _is_compute_stage(stage):  # its DVC metrics, from the metrics.json it wrote (pflkit.headline)
@@ -397,11 +442,27 @@ def _kernel_environment(progress: Path, code: bytes, params_file: Path, profile:
             REQUIRE_PREPARED_ENV: "1" if profile == DEFAULT_PROFILE or profile in stages.PIPELINE_PROFILES else "0"}
 
 
-def _prepare_run(stage: str, outputs: list[Path], running: Path, folders: list[Path], twin: Path, code: bytes,
+def _runnable_notebook(stage: str, twin: Path, code: bytes, root: Path):
+    """The notebook built from the twin's ``code`` (``notebook_from_twin``), or a :class:`StageError` naming the twin
+    when it cannot run as a stage: a twin that does not parse, or one without its parameters cell
+    (``parameters_problem``: papermill would inject the values at the top and the notebook's own cell would
+    replace them, running another profile)."""
+    try:
+        nb = notebook_from_twin(twin, code.decode("utf-8"))
+    except Exception as exc:  # jupytext's errors (and UnicodeDecodeError) name no common base
+        raise StageError(f"stage {stage}: {twin.relative_to(root)} cannot be read as a py:percent notebook: {exc} "
+                         "(nothing was run or removed)") from None
+    why = parameters_problem(nb)
+    if why:
+        raise StageError(f"stage {stage}: {twin.relative_to(root)}: {why} (nothing was run or removed)")
+    return nb
+
+
+def _prepare_run(stage: str, outputs: list[Path], running: Path, folders: list[Path], nb,
                  root: Path) -> tuple[Path, Path]:
     """Remove the stage's old outputs, create ``running`` (build/running) and ``folders``, and write the notebook
-    built from the twin to a per-run file in ``running``; returns (that notebook, the per-run progress file). An
-    OSError becomes a :class:`StageError` and leaves no per-run file behind."""
+    ``nb`` (``_runnable_notebook``) to a per-run file in ``running``; returns (that notebook, the per-run progress
+    file). An OSError becomes a :class:`StageError` and leaves no per-run file behind."""
     import nbformat
     temps: list[Path] = []
     try:
@@ -414,7 +475,7 @@ def _prepare_run(stage: str, outputs: list[Path], running: Path, folders: list[P
         temps.append(tmp)
         progress = _run_file(running, stage, ".progress")
         temps.append(progress)
-        nbformat.write(notebook_from_twin(twin, code.decode("utf-8")), tmp)
+        nbformat.write(nb, tmp)
     except OSError as exc:
         for path in temps:
             path.unlink(missing_ok=True)
