@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import math
 import sys
 from pathlib import Path, PurePosixPath
 
@@ -32,20 +33,94 @@ def unknown_stage(name: str, known) -> str | None:
     return f"unknown stage {name!r}; {hint}"
 
 
+class OptionError(ValueError):
+    """A command-line option with a value it does not allow: ``main`` reports it as argparse reports its own
+    (``pflkit <command>: error: argument <option>: <message>``, exit status 2)."""
+
+    def __init__(self, option: str, message: str):
+        super().__init__(f"argument {option}: {message}")
+        self.option = option
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (argparse ``type=``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1 or str(text).strip() != str(text):
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
+def _items(text: str, what: str) -> list[str]:
+    items = str(text).split(",")
+    if not str(text) or any(not item.strip() for item in items):
+        raise argparse.ArgumentTypeError(f"must be comma-separated {what} with no empty entry, got {text!r}")
+    return [item.strip() for item in items]
+
+
+def step_sizes(text: str) -> list[float]:
+    """Comma-separated learning rates, each a finite number > 0, none twice (argparse ``type=``)."""
+    values = []
+    for item in _items(text, "learning rates (numbers > 0)"):
+        try:
+            value = float(item)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"{item!r} is not a learning rate; allowed: comma-separated finite "
+                                             f"numbers > 0, e.g. 0.1,0.5,1.0 (got {text!r})")
+        values.append(value)
+    if len(set(values)) < len(values):
+        raise argparse.ArgumentTypeError(f"a learning rate is listed twice in {text!r}; allowed: distinct numbers > 0")
+    return values
+
+
+def seed_list(text: str) -> list[int]:
+    """Comma-separated seeds, each an integer >= 0, none twice (argparse ``type=``)."""
+    values = []
+    for item in _items(text, "seeds (integers >= 0)"):
+        if not item.isdigit():
+            raise argparse.ArgumentTypeError(f"{item!r} is not a seed; allowed: comma-separated integers >= 0, "
+                                             f"e.g. 0,1,2 (got {text!r})")
+        values.append(int(item))
+    if len(set(values)) < len(values):
+        raise argparse.ArgumentTypeError(f"a seed is listed twice in {text!r}; allowed: distinct integers >= 0")
+    return values
+
+
+def name_list(text: str) -> list[str]:
+    """Comma-separated names with no empty entry (argparse ``type=``; what they may be is the command's check)."""
+    return _items(text, "names")
+
+
+def notebook_twin(text: str) -> str:
+    """An existing py:percent twin (a .py file) (argparse ``type=``)."""
+    path = Path(text)
+    if path.suffix != ".py" or not path.is_file():
+        raise argparse.ArgumentTypeError(f"no notebook twin {text!r}; allowed: the py:percent twins (.py) under "
+                                         "notebooks/, e.g. notebooks/perm/fig1_synthetic.py (default: all)")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line's parser: one subcommand per entry of ``COMMANDS``."""
     parser = argparse.ArgumentParser(prog="pflkit", description=__doc__,
                                      epilog="examples:\n  " + "\n  ".join(EXAMPLES.values()),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
+    parser.commands = {}  # subcommand -> its parser, whose error() reports an OptionError
 
     def add(name: str, help: str):
-        return sub.add_parser(name, help=help, description=help, epilog=f"example:\n  {EXAMPLES[name]}",
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+        parser.commands[name] = sub.add_parser(name, help=help, description=help,
+                                               epilog=f"example:\n  {EXAMPLES[name]}",
+                                               formatter_class=argparse.RawDescriptionHelpFormatter)
+        return parser.commands[name]
 
     p = add("data", help="prepare one dataset under data/prepared/ (what dvc.yaml's data stages call)")
-    p.add_argument("key", help="a data stage key: fashion_mnist, mnist, cifar10, emnist, femnist, cifar100, "
-                               "shakespeare, perm_synthetic")
+    p.add_argument("key", choices=list(stage_table.DATA_BY_KEY), help="a data stage key: "
+                   + ", ".join(stage_table.DATA_BY_KEY))
     p.add_argument("--params", default="params.yaml")
 
     p = add("stage", help="run one notebook stage at params.yaml scale (what dvc.yaml calls)")
@@ -67,12 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run every stage cut short (first rounds, one seed, every method, each grid's extremes) "
                         "and fail on divergence, memory above budget or any error; outputs under "
                         "build/canary/<profile>/ (pflkit.canary); works for the default profile too")
-    p.add_argument("--canary-rounds", type=int, default=None,
+    p.add_argument("--canary-rounds", type=positive_int, default=None,
                    help="with --canary: rounds of every stage (default: 25 for curve stages, at least past a PERM "
                         "warm-up and its first alpha update; 3 per Charles et al. grid task)")
     p.add_argument("--short", action="store_true",
                    help="with --canary: the short form (1 round unless --canary-rounds, no plot stages): minutes")
-    p.add_argument("--max-clients", type=int, default=None,
+    p.add_argument("--max-clients", type=positive_int, default=None,
                    help="with --canary: at most this many clients in a PERM image federation (default: the "
                         "profile's own; fewer clients can hide a divergence)")
 
@@ -84,12 +159,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("tune", help="learning-rate sweep of every method of a curve stage (same round budget)")
     p.add_argument("stage")
-    p.add_argument("--grid", default="0.01,0.02,0.05,0.1,0.2,0.5,1.0")
-    p.add_argument("--methods", default=None, help="comma-separated method keys (default: the stage's)")
-    p.add_argument("--seeds", default="0")
-    p.add_argument("--rounds", type=int, default=None,
+    p.add_argument("--grid", type=step_sizes, default="0.01,0.02,0.05,0.1,0.2,0.5,1.0",
+                   help="comma-separated learning rates > 0 (default: %(default)s)")
+    p.add_argument("--methods", type=name_list, default=None,
+                   help="comma-separated method keys (default: the stage's)")
+    p.add_argument("--seeds", type=seed_list, default="0", help="comma-separated seeds >= 0 (default: 0)")
+    p.add_argument("--rounds", type=positive_int, default=None,
                    help="tune over the stage's first ROUNDS rounds (a tuning window; default: its whole budget)")
-    p.add_argument("--jobs", type=int, default=1,
+    p.add_argument("--jobs", type=positive_int, default=1,
                    help="cells (method x lr) run in this many worker processes, e.g. several on one GPU")
     p.add_argument("--out", default=None,
                    help="the table's CSV (default: results/tuning/<stage>.csv; another profile's: "
@@ -100,27 +177,58 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("notebooks", help="notebook twins: refresh (py -> executed ipynb) or check")
     p.add_argument("action", choices=["refresh", "check"])
-    p.add_argument("paths", nargs="*", help="py:percent twins to refresh (default: all)")
+    p.add_argument("paths", nargs="*", type=notebook_twin, help="py:percent twins to refresh (default: all)")
 
     return parser
 
 
 def refused_name(args) -> int | None:
-    """The exit status when ``args`` names a stage the command does not know (said on stderr), else None."""
+    """The exit status (2, as argparse's) when ``args`` names a stage the command does not know or cannot run
+    (said on stderr, naming the argument), else None. Needs nothing but the stage table: no config, no torch."""
     named = {"stage": [args.stage] if args.command == "stage" else [],
              "tune": [args.stage] if args.command == "tune" else [],
              "reproduce": (args.stages.split(",") if args.stages else []) if args.command == "reproduce" else []}
+    option = "--stages" if args.command == "reproduce" else "stage"
     known = {"tune": stage_table.tunable()}.get(args.command, [s.name for s in stage_table.STAGES])
     for name in named.get(args.command, []):
         if args.command == "tune" and stage_table.get(name) is not None and name not in known:
-            print(f"tune: cannot tune stage {name!r} (it has no learning-rate sweep); stages it can tune: "
-                  f"{', '.join(known)}", file=sys.stderr)
-            return 1
-        why = unknown_stage(name, known)
+            why = (f"cannot tune stage {name!r} (it has no learning-rate sweep); stages it can tune: "
+                   f"{', '.join(known)}")
+        else:
+            why = unknown_stage(name, known)
         if why:
-            print(f"{args.command}: {why}", file=sys.stderr)
+            print(f"pflkit {args.command}: error: argument {option}: {why}", file=sys.stderr)
             return 2
     return None
+
+
+def check_options(args) -> None:
+    """The option values that depend on the files they name, checked before any work (an :class:`OptionError`
+    naming the option and what it allows): the parameters file (and validate's dvc.yaml) exists, ``--profile``
+    is one params.yaml defines (reproduce: not the default one, which ``dvc repro`` runs, unless ``--canary``),
+    the canary's options come with ``--canary``."""
+    from .config import load_params, profile_names
+    params_option = "params" if args.command == "validate" else "--params"
+    params_file = getattr(args, "params", None)
+    if params_file is not None and not Path(params_file).is_file():
+        raise OptionError(params_option, f"no such parameters file {params_file!r}; allowed: an existing params.yaml "
+                                         "(default: params.yaml)")
+    if getattr(args, "dvc", None) is not None and not Path(args.dvc).is_file():
+        raise OptionError("--dvc", f"no such file {args.dvc!r}; allowed: an existing dvc.yaml")
+    profile = getattr(args, "profile", None)
+    if profile is not None:
+        known = profile_names(load_params(params_file))
+        if profile not in known:
+            raise OptionError("--profile", f"unknown profile {profile!r}; {params_file} defines "
+                                           f"{', '.join(known)}")
+        if args.command == "reproduce" and not args.canary and profile == known[0]:
+            raise OptionError("--profile", f"the {profile} profile is what `dvc repro` runs (and caches); allowed: "
+                                           f"{', '.join(known[1:])} (or --canary)")
+    if args.command == "reproduce" and not args.canary:
+        extra = [f"--{k.replace('_', '-')}" for k in ("canary_rounds", "short", "max_clients")
+                 if getattr(args, k) not in (None, False)]
+        if extra:
+            raise OptionError(extra[0], "only with --canary")
 
 
 def run_data(args) -> int:
@@ -157,18 +265,11 @@ def run_stage_command(args) -> int:
 
 
 def run_reproduce(args) -> int:
-    from .config import ConfigError
     if args.canary:
         from .canary import MAX_CLIENTS, run_canary
-        if args.max_clients is not None and args.max_clients < 1:
-            raise ConfigError(f"max-clients: must be an integer >= 1, got {args.max_clients}")
         return run_canary(args.profile, args.stages.split(",") if args.stages else None, args.params,
                           rounds=args.canary_rounds, short=args.short,
                           max_clients=args.max_clients if args.max_clients else MAX_CLIENTS)
-    extra = [f"--{k.replace('_', '-')}" for k in ("canary_rounds", "short", "max_clients")
-             if getattr(args, k) not in (None, False)]
-    if extra:
-        raise ConfigError(f"{', '.join(extra)}: only with --canary")
     from .reproduce import reproduce
     return reproduce(args.profile, args.stages.split(",") if args.stages else None, args.params)
 
@@ -176,17 +277,29 @@ def run_reproduce(args) -> int:
 def run_tune(args) -> int:
     from .config import ConfigError, load_params, validate_stage
     from .io import write_csv
-    if args.jobs < 1:
-        raise ConfigError(f"--jobs must be at least 1, got {args.jobs}")
+    folder = "results/tuning" if args.profile == "default" else f"build/{args.profile}/tuning"
+    out = Path(args.out or f"{folder}/{args.stage}.csv")
+    if out.is_dir() or any(p.exists() and not p.is_dir() for p in out.parents):
+        raise OptionError("--out", f"{args.out!r} is a folder or lies under a file; allowed: a CSV file's path "
+                                   f"(default: {folder}/{args.stage}.csv)")
     entry = stage_table.get(args.stage)
     cfg = validate_stage(load_params(args.params), args.stage, args.profile)
+    dump = cfg.model_dump()
+    # each option's values under the stage's own rules, before any work (the sweep gives each method its lr)
+    for option, update in (("--methods", {"methods": args.methods, "lr": {**{m: args.grid[0] for m in args.methods
+                                                                             or ()}, **dump.get("lr", {})}}),
+                           ("--seeds", {"seeds": args.seeds}), ("--rounds", {"rounds": args.rounds})):
+        if update[next(iter(update))] is not None:
+            try:
+                type(cfg).build({**dump, **update})
+            except ConfigError as exc:  # the lines about the option's own key first (the rest follow from it)
+                lines = str(exc).split("\n")
+                own = [line for line in lines if f".{option[2:]}:" in line]
+                raise OptionError(option, " ".join(own or lines)) from None
     lr_sweep = stage_table.resolve(entry.tune)  # the stage's sweep, e.g. pflkit.experiments.perm:lr_sweep
-    table = lr_sweep(cfg, [float(x) for x in args.grid.split(",")],
-                     methods=args.methods.split(",") if args.methods else None,
-                     seeds=[int(x) for x in args.seeds.split(",")], rounds=args.rounds, jobs=args.jobs,
+    table = lr_sweep(cfg, args.grid, methods=args.methods, seeds=args.seeds, rounds=args.rounds, jobs=args.jobs,
                      show_progress=True)
-    folder = "results/tuning" if args.profile == "default" else f"build/{args.profile}/tuning"
-    out = write_csv(args.out or f"{folder}/{args.stage}.csv", table)
+    out = write_csv(out, table)
     print(table.round(4).to_string(index=False))
     print(f"wrote {out}")
     return 0
@@ -237,13 +350,17 @@ def hide_slow_optional_modules() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     hide_slow_optional_modules()
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     refused = refused_name(args)
     if refused is not None:
         return refused
     from .config import ConfigError
     try:
+        check_options(args)
         return COMMANDS[args.command](args)
+    except OptionError as exc:  # exits 2, as argparse's own errors
+        parser.commands[args.command].error(str(exc))
     except ConfigError as exc:
         print(f"invalid configuration:\n{exc}", file=sys.stderr)
         return 1

@@ -250,10 +250,10 @@ def test_reproduce_runs_a_profile_under_build_records_its_runtime_and_writes_its
     ledger = (proj / "build/quick/claims.csv").read_text()
     assert ledger.count(",quick,") == len(claims) and "not run" in ledger  # default has not run here
 
-    for args, rc, message in ((["--profile", "default"], 1, "the default profile is what `dvc repro` runs"),
+    for args, rc, message in ((["--profile", "default"], 2, "the default profile is what `dvc repro` runs"),
                               (["--profile", "quick", "--stages", "nope"], 2,
-                               "reproduce: unknown stage 'nope'; stages:"),
-                              (["--profile", "nope"], 1, "profile: unknown profile 'nope'")):
+                               "reproduce: error: argument --stages: unknown stage 'nope'; stages:"),
+                              (["--profile", "nope"], 2, "argument --profile: unknown profile 'nope'")):
         out = _run([sys.executable, "-m", "pflkit", "reproduce", *args], proj, check=False)
         assert out.returncode == rc and message in out.stderr, out.stderr
 

@@ -81,7 +81,7 @@ def test_data_imports_nothing_of_the_engine():
     assert not [p for p in found if "engine" in p.relative_to(ROOT / "src").parts]
 
 
-@pytest.mark.parametrize("stage, rc, why", [("chayti_fig2", 1, "cannot tune stage 'chayti_fig2' (it has no "
+@pytest.mark.parametrize("stage, rc, why", [("chayti_fig2", 2, "cannot tune stage 'chayti_fig2' (it has no "
                                                                 "learning-rate sweep); stages it can tune: "),
                                             ("nope", 2, "unknown stage 'nope'; stages: ")])
 def test_tune_refuses_a_stage_it_cannot_sweep(stage, rc, why, capsys):
