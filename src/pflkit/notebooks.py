@@ -59,9 +59,9 @@ PARAMETERS_TAG = "parameters"
 RUNNER_PARAMETERS = ("stage", "profile", "results_dir", "figures_dir")
 
 
-def parameters_problem(nb) -> str | None:
+def parameters_problem(nb, required: tuple[str, ...] = RUNNER_PARAMETERS) -> str | None:
     """What is wrong with a notebook's parameters cell, or None: exactly one code cell is tagged ``parameters``, and
-    it assigns every name of ``RUNNER_PARAMETERS``."""
+    it assigns every name of ``required`` (the project's notebooks: each the runner injects; ``notebooks check``)."""
     import ast
 
     cells = [c for c in nb.cells if c.cell_type == "code" and PARAMETERS_TAG in c.metadata.get("tags", [])]
@@ -74,10 +74,10 @@ def parameters_problem(nb) -> str | None:
         return f"the {PARAMETERS_TAG!r} cell does not parse: {exc.msg} (line {exc.lineno})"
     assigned = {t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
                 for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
-    missing = [n for n in RUNNER_PARAMETERS if n not in assigned]
+    missing = [n for n in required if n not in assigned]
     if missing:
         return (f"the {PARAMETERS_TAG!r} cell does not assign {', '.join(missing)}; it must assign each of "
-                f"{', '.join(RUNNER_PARAMETERS)} (the values the stage runner injects)")
+                f"{', '.join(required)} (the values the stage runner injects)")
     return None
 
 
@@ -444,15 +444,15 @@ def _kernel_environment(progress: Path, code: bytes, params_file: Path, profile:
 
 def _runnable_notebook(stage: str, twin: Path, code: bytes, root: Path):
     """The notebook built from the twin's ``code`` (``notebook_from_twin``), or a :class:`StageError` naming the twin
-    when it cannot run as a stage: a twin that does not parse, or one without its parameters cell
-    (``parameters_problem``: papermill would inject the values at the top and the notebook's own cell would
-    replace them, running another profile)."""
+    when it cannot run as a stage: a twin that does not parse, or one without exactly one parameters cell
+    (``parameters_problem``: without it papermill injects the values at the top and the notebook's own cell replaces
+    them, running another profile; which names the cell assigns, ``notebooks check`` checks)."""
     try:
         nb = notebook_from_twin(twin, code.decode("utf-8"))
     except Exception as exc:  # jupytext's errors (and UnicodeDecodeError) name no common base
         raise StageError(f"stage {stage}: {twin.relative_to(root)} cannot be read as a py:percent notebook: {exc} "
                          "(nothing was run or removed)") from None
-    why = parameters_problem(nb)
+    why = parameters_problem(nb, required=())
     if why:
         raise StageError(f"stage {stage}: {twin.relative_to(root)}: {why} (nothing was run or removed)")
     return nb
