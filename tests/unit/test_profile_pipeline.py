@@ -49,12 +49,15 @@ def test_outputs_are_the_default_stages_outputs_moved_under_build_paper():
 
 def test_params_are_the_sections_and_the_profile_overlays_or_the_whole_profile():
     overlay = PARAMS["profiles"]["paper"]
-    # params.yaml has no profiles.paper.defaults: every stage reads it once it is added, so every stage lists the
-    # whole profile (tests/unit/test_tracked_params.py: every key a stage reads is covered)
-    assert PAPER["perm_fig2"]["params"] == ["defaults", "perm_fig2", "profiles.paper"]
-    assert PAPER["perm_fig1"]["params"] == ["defaults", "perm_fig1", "profiles.paper"]
-    assert PAPER["perm_fig2_plot"]["params"] == ["defaults", "figures", "profiles.paper"]
+    # profiles.paper lists every section's overlay (empty where the section is the paper's setting), so each
+    # stage lists its own two overlays and an edit of one re-runs that stage only (tests/unit/test_tracked_params.py:
+    # every key a stage reads is covered)
+    paper = ["profiles.paper.defaults"]
+    assert PAPER["perm_fig2"]["params"] == ["defaults", "perm_fig2", *paper, "profiles.paper.perm_fig2"]
+    assert PAPER["perm_fig1"]["params"] == ["defaults", "perm_fig1", *paper, "profiles.paper.perm_fig1"]
+    assert PAPER["perm_fig2_plot"]["params"] == ["defaults", "figures", *paper, "profiles.paper.figures"]
     for name, spec in PAPER.items():
+        assert "profiles.paper" not in spec.get("params", []), name  # no stage re-runs on another stage's overlay
         for key in spec.get("params", []):
             if key.startswith("profiles.paper."):
                 assert key.split(".", 2)[2] in overlay, (name, key)  # DVC refuses a missing params key
