@@ -2,6 +2,7 @@
 that runs the stage keeps them, and the code paths read them."""
 import pytest
 
+from pflkit.config import ConfigError
 from pflkit.experiments.charles_nn import _task_setup
 from pflkit.experiments.curves import METHODS
 from stage_params import build
@@ -34,3 +35,12 @@ def test_torchfed_variant_runs_beside_alg1_with_the_sources_warmup(stage, profil
     assert (algo.visit, algo.alpha_init, algo.update_every, algo.lr) == \
         ("interpolate", "correlation", None, cfg.lr["perm_torchfed"])
     assert algo.warmup_lr == cfg.lr["fedavg"]
+
+
+def test_a_warmup_as_long_as_the_run_is_refused_for_the_variant_too():
+    with pytest.raises(ConfigError, match=r"perm_torchfed\.warmup_rounds: 5 >= rounds = 5"):
+        build("perm_fig1", "smoke", methods=["perm", "perm_torchfed"], lr={"perm": 1.0, "perm_torchfed": 1.0},
+              perm_torchfed={"warmup_rounds": 5})
+    with pytest.raises(ConfigError, match="perm_torchfed: null, but methods lists perm_torchfed"):
+        build("perm_fig1", "smoke", methods=["perm", "perm_torchfed"], lr={"perm": 1.0, "perm_torchfed": 1.0},
+              perm_torchfed=None)

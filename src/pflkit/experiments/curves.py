@@ -262,10 +262,6 @@ class RunConfig(StageConfig):
         raise_problems(missing_lrs(self.lr, self.methods))
         if "perm_torchfed" in self.methods and self.perm_torchfed is None:
             raise_problems([("perm_torchfed", "null, but methods lists perm_torchfed: give its PERM section")])
-        if "perm_torchfed" in self.methods and self.perm_torchfed.warmup_rounds >= self.rounds:
-            raise_problems([("perm_torchfed.warmup_rounds", f"{self.perm_torchfed.warmup_rounds} >= rounds = "
-                                                            f"{self.rounds}: the variant would never leave its "
-                                                            f"warm-up; allowed: 1..{self.rounds - 1}")])
         clients = getattr(self, "num_clients", None)
         if self.clients_per_round is not None and clients is not None and self.clients_per_round > clients:
             raise_problems([("clients_per_round", f"{self.clients_per_round} > num_clients = {clients} "
