@@ -208,6 +208,80 @@ def test_a_client_dying_mid_run_is_left_out_and_the_run_completes(tmp_path):
         torch.testing.assert_close(results["states"][0][f"w.{k}"], v, rtol=1e-5, atol=1e-6)
 
 
+def test_killing_the_superlink_mid_run_ends_its_serverapp_and_says_so_in_one_line(tmp_path):
+    """The SuperLink killed mid-run (SIGKILL): the flwr-serverapp its SuperExec started, reparented to init and
+    out of reach of the deployment's process trees, is ended within seconds (it was recorded while its parent
+    lived); the run stops with one line naming the process, its pid, when and how it died, and nothing is left
+    after stop()."""
+    import re
+
+    dep = Deployment(DATA["num_clients"], tmp_path)
+    with dep:
+        handle = dep.submit(_specs(rounds=400, timeout=45.0)[:1])
+        deadline = time.monotonic() + 300
+        while handle.progress() < 1 and handle.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert handle.progress() >= 1, dep.log_tail(handle.name)
+        serverapps = [p for p in dep.descendants.alive("superlink") if p.name() == "flwr-serverapp"]
+        assert len(serverapps) == 1, [p.name() for p in dep.descendants.alive()]
+        link = dep.procs["superlink"].pid
+        os.kill(link, 9)
+        with pytest.raises(RuntimeError) as failed:
+            handle.wait(120)
+        message = str(failed.value)
+        assert "\n" not in message and re.fullmatch(
+            rf"pflkit deployment: superlink \(pid {link}\) died at \d\d:\d\d:\d\d \(killed by SIGKILL\); ending the "
+            rf"\d+ process\(es\) it had started \(.*flwr-serverapp pid {serverapps[0].pid}.*\): the run cannot go on "
+            r"\(its log: .*flwr-run-0.log\)", message), message
+        deadline = time.monotonic() + 15  # SIGTERM at once, SIGKILL after 10 s (left alone, it outlived 120 s)
+        while not _gone([serverapps[0].pid]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _gone([serverapps[0].pid])  # ended by the deployment at once, not only at stop()
+        pids = dep.pids()
+    assert dep.leftover == [] and _gone(pids + [p.pid for p in dep.descendants.alive()])
+
+
+def test_poisoned_clients_on_the_deployment_engine_are_refused_dropped_or_caught(tmp_path):
+    """tests/unit/test_flower_poisoned.py's table on the deployment engine (TLS, node authentication; the
+    poisoned client is pflkit client code its ClientApp imports from tests/reference): with min_clients=2 every
+    refused poison drops client 1, recorded with its node, round, pass and key, and the median bounds a scaled
+    model; without it a bad reply stops the run naming client 1 and its node; the scaled model with the mean
+    stops as the in-process run does (DivergenceError)."""
+    import re
+
+    from reference.poisoned import REFUSED, poisoned, refusal
+    from reference.poisoned import model as poisoned_model
+    from reference.poisoned import spec as poisoned_spec
+
+    from pflkit.flower.loopback import run_loopback
+
+    dep = Deployment(DATA["num_clients"], tmp_path)
+    tests = str(Path(__file__).resolve().parents[1])  # every process imports reference.poisoned from there
+    dep.env["PYTHONPATH"] = os.pathsep.join(filter(None, [tests, dep.env.get("PYTHONPATH")]))
+    tolerated = [poisoned_spec(poisoned(poisoned_model(), p), min_clients=2) for p in REFUSED]
+    tolerated.append(poisoned_spec(poisoned(poisoned_model(), "scale", aggregator="median")))
+    with dep:
+        results = dep.run(tolerated, timeout=600)
+        nodes = set()
+        for poison, out in zip(REFUSED, results["runs"]):
+            key, why = REFUSED[poison]
+            got = out["rejected"]["1"]
+            assert (got["pass"], got["round"], got["step"], got["key"]) == (1, 1, "poisoned_models", key), poison
+            assert re.match(why, got["reason"]) and out["lost"] == {"1": 1}, (poison, got)
+            nodes.add(got["node"])
+        assert len(nodes) == 1 and isinstance(nodes.pop(), int)  # client 1's node, every run
+        history, _ = run_loopback(tolerated[-1])
+        bounded = pd.DataFrame(results["runs"][-1]["history"])
+        final = lambda h: h[h["round"] == h["round"].max()].set_index("metric")["value"]  # noqa: E731
+        assert abs(final(bounded)["loss"] - final(history)["loss"]) <= 1e-5
+        with pytest.raises(RuntimeError, match="RejectedReply: " + refusal("nan", r"node \d+")):
+            dep.run([poisoned_spec(poisoned(poisoned_model(), "nan"))], timeout=300)
+        with pytest.raises(RuntimeError, match=r"DivergenceError: Poisoned FedAvg diverged at round 2 \(seed 3"):
+            dep.run([poisoned_spec(poisoned(poisoned_model(), "scale"))], timeout=300)
+        pids = dep.pids()
+    assert dep.leftover == [] and _gone(pids)
+
+
 def test_simulation_reproduces_every_kind_of_method_and_shuts_ray_down():
     """FedAvg, PERM, LocalUpdate with a server optimizer, and the methods added in tests/reference/methods.py
     (their ClientApps import them by path) reproduce in-process on the simulation engine."""

@@ -11,6 +11,9 @@ from __future__ import annotations
 import torch
 
 from pflkit.algorithms import FedAvg
+from pflkit.engine import FunctionalModel
+from pflkit.flower.spec import RunSpec
+from pflkit.models import logistic
 
 #: what the poisoned client sends instead of its local models (``scale``: finite, but far from the others)
 POISONS = ("nan", "inf", "shape", "extra_key", "missing_key", "dtype", "scale")
@@ -65,3 +68,27 @@ REFUSED = {
 def poisoned(model, poison: str, client: int = 1, **kwargs) -> PoisonedFedAvg:
     """The tests' poisoned FedAvg (every client a round, 3 local steps): client ``client`` sends ``poison``."""
     return PoisonedFedAvg(model, poison=poison, client=client, local_steps=3, lr=0.3, batch_size=4, **kwargs)
+
+
+#: the federation, seed and rounds every engine's poisoned-client test runs (3 clients: 3 SuperNodes)
+DATA = dict(num_clients=3, samples_per_client=40, dim=5, test_fraction=0.25, seed=1)
+ROUNDS, SEED = 4, 3
+
+
+def model() -> FunctionalModel:
+    return FunctionalModel(lambda: logistic((DATA["dim"],), 2))
+
+
+def spec(alg, **run) -> RunSpec:
+    """``alg``'s run on ``DATA``: ``ROUNDS`` rounds, evaluated every 2."""
+    return RunSpec.for_algorithm(alg, model={"name": "logistic"}, data={"name": "perm_synthetic", "kwargs": DATA},
+                                 seed=SEED, rounds=ROUNDS, eval_every=2, **run)
+
+
+def refusal(poison: str, node: str) -> str:
+    """The error (a regular expression) a run that needs every client stops with when client 1 sends ``poison``:
+    client 1, its node (``node``: a pattern), round 1's training pass (pass 1 of the run: pass 0 is the
+    evaluation at round 0), the key and why."""
+    key, why = REFUSED[poison]
+    return (rf"round 1, poisoned_models pass: client 1 \({node}\) sent a reply that does not answer its job "
+            rf"\(pass 1 of the run\): key '{key}': {why}")

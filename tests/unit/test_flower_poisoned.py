@@ -12,41 +12,20 @@ import re
 import pytest
 import torch
 
-from reference.poisoned import REFUSED, poisoned
+from reference.poisoned import DATA, REFUSED, ROUNDS, SEED, poisoned, refusal
+from reference.poisoned import model as _model
+from reference.poisoned import spec as _spec
 
 from pflkit.algorithms import FedAvg
 from pflkit.data import perm_synthetic
 from pflkit.divergence import DivergenceError
-from pflkit.engine import FunctionalModel
 from pflkit.flower.loopback import run_loopback
 from pflkit.flower.server import RejectedReply
-from pflkit.flower.spec import RunSpec
-from pflkit.models import logistic
 from pflkit.runner import run
-
-DATA = dict(num_clients=3, samples_per_client=40, dim=5, test_fraction=0.25, seed=1)
-ROUNDS, SEED = 4, 3
-
-
-def _model():
-    return FunctionalModel(lambda: logistic((DATA["dim"],), 2))
-
-
-def _spec(alg, **run_kw):
-    return RunSpec.for_algorithm(alg, model={"name": "logistic"}, data={"name": "perm_synthetic", "kwargs": DATA},
-                                 seed=SEED, rounds=ROUNDS, eval_every=2, **run_kw)
 
 
 def _final(history) -> dict:
     return history[history["round"] == ROUNDS].set_index("metric")["value"].to_dict()
-
-
-def refusal(poison: str, node: str) -> str:
-    """The error a run that needs every client stops with: client 1, its node, round 1's training pass (pass 1
-    of the run: pass 0 is the evaluation at round 0), the key and why."""
-    key, why = REFUSED[poison]
-    return (rf"round 1, poisoned_models pass: client 1 \({node}\) sent a reply that does not answer its job "
-            rf"\(pass 1 of the run\): key '{key}': {why}")
 
 
 @pytest.mark.parametrize("poison", list(REFUSED))

@@ -2,8 +2,13 @@
 on 127.0.0.1 (free ports), the run submitted with ``flwr run`` as a Flower App Bundle.
 
 ``Deployment`` starts every process in its own process group and keeps their PIDs (also in
-``<workdir>/pids.json``), and ``stop()`` ends every group (SIGTERM, then SIGKILL after a grace period)
-and checks that none of their processes is left; it runs on leaving the ``with`` block, on an error, on
+``<workdir>/pids.json``), records every process they start while it lives (``reaper.Descendants``, every
+``WATCH_SECONDS``: Flower starts some in sessions of their own, and one whose parent dies is reparented to
+init, out of reach of a process tree), and ``stop()`` ends every group and every recorded descendant (SIGTERM,
+then SIGKILL after a grace period) and checks that none of their processes is left. When one of its processes
+dies (the SuperLink, a SuperNode, the SuperExec), the deployment says so in one line on stderr (which, when,
+how: ``deaths``) and ends at once every process that one had started; a run whose SuperLink died stops with
+that line as its error; it runs on leaving the ``with`` block, on an error, on
 SIGTERM/SIGINT of the launcher, and at interpreter exit. Where none of those can run (the launcher killed
 with SIGKILL, or a stage runner killed while its kernel holds the deployment), a watchdog process started
 first (``reaper``) sees its owner gone and ends every process the deployment started. The SuperLink runs
@@ -34,7 +39,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 import torch
@@ -45,7 +52,7 @@ from ..io import write_text
 from . import OFFLINE_ENV, require_flower
 from .client import write_partitions
 from .credentials import Credentials, make_credentials
-from .reaper import running
+from .reaper import Descendants, running
 from .spec import RunSpec, specs_to_json
 
 CONNECTION = "pflkit-local"
@@ -53,6 +60,8 @@ CONNECTION = "pflkit-local"
 GRACE_SECONDS = 10.0
 #: seconds added per SuperNode to the wait for the deployment's processes to start (default startup_timeout)
 STARTUP_SECONDS_PER_NODE = 1.0
+#: seconds between the looks at the deployment's processes (their descendants recorded, a death noticed)
+WATCH_SECONDS = 0.25
 #: how ClientApps start: forked from a warm fork server that serves every SuperNode, or Flower's default (a
 #: fresh process per message)
 CLIENTAPPS = ("forked", "per-message")
@@ -143,6 +152,11 @@ class Deployment:
         self._old_handlers: dict = {}
         self._reaper: subprocess.Popen | None = None
         self.node_data: list[Path] | None = None  # node j's data file (hold_data), named in its node config
+        self.descendants = Descendants(self.workdir / "descendants.json")  # every process they started
+        self.deaths: dict[str, str] = {}  # process name -> the line that said it died
+        self._expected: set[str] = set()  # processes ended on purpose (kill_node, stop): no death to report
+        self._stopped = threading.Event()
+        self._watcher: threading.Thread | None = None
 
     def hold_data(self, whole: FederatedDataset, key: str) -> None:
         """Before ``start``: write each client's partition of ``whole`` (the federation ``key`` names) to
@@ -220,8 +234,44 @@ class Deployment:
         except BaseException:
             self.stop()
             raise
+        self._start_watch()
         self.started_seconds = time.perf_counter() - t0
         return self
+
+    # ------------------------------------------------------------------ the watch
+    def _start_watch(self) -> None:
+        self._stopped.clear()
+        self._watcher = threading.Thread(target=self._watch, name="pflkit deployment watch", daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        """Every ``WATCH_SECONDS`` until ``stop``: record the descendants of every running process, and end
+        those of one that died (``_died``)."""
+        while not self._stopped.wait(WATCH_SECONDS):
+            self.look()
+
+    def look(self) -> None:
+        """One look: the running processes' descendants recorded, a newly ended process reported and the
+        processes it started ended."""
+        procs = dict(self.procs)
+        self.descendants.record({n: p.pid for n, p in procs.items() if p.poll() is None})
+        for name, proc in procs.items():
+            if proc.poll() is not None and name not in self.deaths and not self._stopped.is_set():
+                self._died(name, proc)
+
+    def _died(self, name: str, proc: subprocess.Popen) -> None:
+        """``name`` has ended: say so in one line (unless it was meant to: ``kill_node``, a finished ``flwr
+        run``) and end every process it had started."""
+        code = proc.returncode
+        how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        line = f"pflkit deployment: {name} (pid {proc.pid}) died at {datetime.now():%H:%M:%S} ({how})"
+        left = self.descendants.alive(name)
+        if left:
+            line += f"; ending the {len(left)} process(es) it had started ({', '.join(_named(p) for p in left)})"
+        self.deaths[name] = line
+        if name not in self._expected and not name.startswith("flwr-run"):
+            print(line, file=sys.stderr, flush=True)
+        self.descendants.end(name, GRACE_SECONDS)
 
     def _start_reaper(self) -> None:
         """The watchdog (``reaper``) that ends this deployment's processes if this process dies first."""
@@ -259,32 +309,41 @@ class Deployment:
         runs, fails at its next call to the node and exits; the SuperExec's loop for the node retries unanswered.
         Returns its PID."""
         node = self.procs[f"supernode-{j}"]
+        self._expected.add(f"supernode-{j}")
         _signal_group(node, signal.SIGKILL)
         node.wait()
         return node.pid
 
     def pids(self) -> list[int]:
-        """The PIDs of every process this deployment runs now: its processes and all their descendants."""
+        """The PIDs of every process this deployment runs now: its processes and all their descendants, also
+        those recorded while their parent lived (``descendants``) that outlived it."""
         import psutil
 
-        out = []
+        out = [p.pid for p in self.descendants.alive()]
         for p in self.procs.values():
             try:
                 root = psutil.Process(p.pid)
                 out += [root.pid] + [c.pid for c in root.children(recursive=True)]
             except psutil.NoSuchProcess:
                 pass
-        return out
+        return sorted(set(out))
 
     def stop(self) -> list[int]:
         """End every process this deployment started and their descendants (Flower starts some detached,
         in their own sessions: flower-superexec, flwr-serverapp, flwr-clientapp): SIGTERM to every process
-        group, then to each process left, SIGKILL after ``GRACE_SECONDS``. Returns the PIDs still alive
+        group, then to each process left, SIGKILL after ``GRACE_SECONDS``; every descendant recorded while it
+        lived (also one its parent left behind, reparented to init) the same way. Returns the PIDs still alive
         afterwards (none expected)."""
         import psutil
 
-        tracked = []
-        for pid in set(self.pids()):
+        self._expected.update(self.procs)
+        self._stopped.set()
+        if self._watcher is not None:
+            self._watcher.join(GRACE_SECONDS + 5.0)
+            self._watcher = None
+        self.descendants.record({n: p.pid for n, p in self.procs.items() if p.poll() is None})
+        tracked = self.descendants.alive()
+        for pid in set(self.pids()) - {p.pid for p in tracked}:
             try:
                 tracked.append(psutil.Process(pid))
             except psutil.NoSuchProcess:
@@ -383,6 +442,8 @@ class Run:
         limit = timeout if timeout is not None else sum(s.timeout * (4 * s.rounds + 4) for s in self.specs)
         total, seen, deadline = sum(s.rounds for s in self.specs), 0, time.monotonic() + limit
         while self.proc.poll() is None:
+            if "superlink" in self.deployment.deaths:  # the run cannot go on: say why in one line
+                break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the run did not end within {limit:g} s:\n" + self.deployment.log_tail(self.name))
             done = self.progress()
@@ -390,6 +451,9 @@ class Run:
                 seen = done
                 on_round(done, total)
             time.sleep(0.5)
+        if "superlink" in self.deployment.deaths and not self.results.exists():
+            raise RuntimeError(f"{self.deployment.deaths['superlink']}: the run cannot go on (its log: "
+                               f"{self.deployment.workdir / (self.name + '.log')})")
         if not self.results.exists():
             log = self.deployment.log_tail(self.name, 60)
             errors = [line for line in log.splitlines() if "Error:" in line and not line.startswith(" ")]
@@ -401,6 +465,13 @@ class Run:
         out["wall_seconds"] = time.perf_counter() - self.t0
         out["engine"] = "deployment"
         return out
+
+
+def _named(proc) -> str:
+    try:
+        return f"{proc.name()} pid {proc.pid}"
+    except Exception:  # it ended meanwhile
+        return f"pid {proc.pid}"
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
