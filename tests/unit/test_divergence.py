@@ -44,7 +44,7 @@ def _tiny_fig1(**overrides):
         seeds=[0, 1],
         eval_every=2, perm=perm_section(lam=3.0, alpha_solver="gd", global_lr=0.1, update_every=2),
         perfedavg=perfedavg_section(alpha=0.02),
-        pfedme=pfedme_section(personal_lr=0.01, lam=15.0))
+        pfedme=pfedme_section(personal_lr=0.01, lam=15.0), perm_torchfed={"warmup_rounds": 2})
     return build("perm_fig1", **{**settings, **overrides})
 
 
@@ -168,6 +168,7 @@ def test_a_round_0_loss_above_chance_is_capped_at_chance(scripted_loss):
 BROKEN = [("local", {"lr": {"local": 1e6}}), ("fedavg", {"lr": {"fedavg": 1e6}}),
           ("localized_fedavg", {"lr": {"localized_fedavg": 1e6}, "finetune_lr": 1e6}),
           ("perm", {"lr": {"perm": 1e6}}), ("perm_alpha", {"lr": {"perm_alpha": 1e6}}),
+          ("perm_torchfed", {"lr": {"perm_torchfed": 1e6}}),
           ("perfedavg_fo", {"lr": {"perfedavg_fo": 1e6}}), ("perfedavg_hf", {"lr": {"perfedavg_hf": 1e6}}),
           ("pfedme", {"lr": {"pfedme": 1e6}, "pfedme": pfedme_section(personal_lr=1e6, lam=20.0)})]
 

@@ -31,13 +31,14 @@ def test_bad_values_name_the_key_and_what_is_allowed(key, value, match):
 def test_the_stage_accepts_the_methods_whose_class_declares_federated():
     """The accepted keys come from the registry's classes (``federated``), not from a list kept by hand."""
     from pflkit.experiments.curves import FEDERATED_METHODS, METHODS
-    assert FEDERATED_METHODS == ("fedavg", "localized_fedavg", "perm", "perm_alpha", "perfedavg_fo", "perfedavg_hf",
-                                 "pfedme")
+    assert FEDERATED_METHODS == ("fedavg", "localized_fedavg", "perm", "perm_alpha", "perm_torchfed", "perfedavg_fo",
+                                 "perfedavg_hf", "pfedme")
     refused = set(METHODS) - set(FEDERATED_METHODS)  # each class says why in ``federated``
     assert refused == {"local", "perm_hetero", "perm_hetero_paper", "heterofl", "fedrolex", "small_fedavg"}
     assert all(isinstance(METHODS[k].algorithm.federated, str) for k in refused)
     every = list(FEDERATED_METHODS)
-    assert _cfg(methods=every, lr={k: 0.1 for k in every}).methods == every
+    cfg = _cfg(methods=every, lr={k: 0.1 for k in every}, perm_torchfed={"warmup_rounds": 1}, rounds=4)
+    assert cfg.methods == every
 
 
 def test_without_flower_the_stage_runs_in_process_and_the_protocol_and_says_what_it_skipped(monkeypatch):
@@ -54,6 +55,16 @@ def test_without_flower_the_stage_runs_in_process_and_the_protocol_and_says_what
     text = experiment.describe(result.metrics, result.engines_skipped)
     assert "Flower is not installed (pip install -e '.[flower]'" in text
     assert "skipped the simulation and deployment engine(s)" in text
+
+
+def test_the_torchfed_variant_runs_the_same_through_the_federated_pass_protocol(monkeypatch):
+    """PERM (TorchFed shuffle)'s interpolation happens in the server's part of the round (its passes are Alg. 1's
+    visits with plain steps), so the loopback protocol, a federation's messages in one process, reproduces it."""
+    monkeypatch.setattr(experiment, "flower_installed", lambda: False)
+    cfg = _cfg(methods=["perm_torchfed"], lr={"perm_torchfed": 0.5, "fedavg": 0.2}, perm_torchfed={"warmup_rounds": 1})
+    result = experiment.equivalence(cfg)
+    row = result.metrics["loopback"]["PERM (TorchFed shuffle)"]
+    assert row["max_abs_diff_accuracy"] <= 1e-4 and row["max_abs_diff_loss"] <= 1e-6
 
 
 def test_the_cli_says_when_flower_is_missing(monkeypatch, capsys):
