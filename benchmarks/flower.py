@@ -1,7 +1,7 @@
 """pflkit on Flower (issue 19): what a real federated engine costs next to the batched in-process one.
 
-    OMP_NUM_THREADS=1 python benchmarks/flower.py [--clients 10,50,100] [--deploy-clients 10,100]
-                                                  [--per-message-clients 10] [--rounds 5] [--out benchmarks/results]
+    OMP_NUM_THREADS=1 python benchmarks/flower.py [--clients 10,50,100] [--deploy-clients 10]
+                                                  [--rounds 5] [--out benchmarks/results]
     python benchmarks/flower.py --quick --engines in-process --out /tmp/bench   # seconds (the test)
 
 The work is the flower_equivalence stage's (params.yaml, default profile: PERM's Fig. 1 setting, d = 60,
@@ -10,11 +10,9 @@ rounds), for ``--rounds`` rounds with one evaluation at the start and one at the
 
 * **in-process**: the batched engine, every client in one call (``Algorithm.round``);
 * **simulation**: Flower's simulation engine, Ray actors (``pflkit.flower.simulation``, 2 CPUs);
-* **deployment**: a SuperLink and one SuperNode per client as local processes, ``flwr run``
-  (``pflkit.flower.deployment``), the SuperNodes in Flower's ``process`` isolation, served by one pflkit
-  SuperExec that forks every ClientApp from a warm fork server (``pflkit.flower.superexec``);
-* **deployment-per-message**: the same with Flower's default isolation, where the SuperNode's SuperExec starts
-  a fresh ClientApp process (imports and all) for every message.
+* **deployment**: a SuperLink and one stock ``flower-supernode`` per client as local processes, ``flwr run``
+  (``pflkit.flower.deployment``): each SuperNode's SuperExec starts a fresh ClientApp process (imports and all)
+  for every message. benchmarks/flower_floor.py sets its rounds beside stock Flower's floor.
 
 Every engine runs in a fresh process (``--child``), started by this script, which samples the resident
 memory of that process and all its descendants every 0.25 s (sum of RSS: shared library pages count
@@ -54,7 +52,7 @@ from speed import machine_info  # noqa: E402  (one description of the machine fo
 
 from pflkit.io import write_report  # noqa: E402
 
-ENGINES = ("in-process", "simulation", "deployment", "deployment-per-message")
+ENGINES = ("in-process", "simulation", "deployment")
 SAMPLE_SECONDS = 0.25
 
 
@@ -66,7 +64,8 @@ def config(clients: int, rounds: int, quick: bool):
 
     values = stage_values(load_params(project_root() / "params.yaml"), "flower_equivalence",
                           "smoke" if quick else "default")
-    values.update({"num_clients": clients, "rounds": rounds, "eval_every": rounds, "seeds": [0]})
+    values.update({"num_clients": clients, "rounds": rounds, "eval_every": rounds, "seeds": [0],
+                   "deployment_rounds": rounds})
     return FlowerEquivalenceConfig.build(values)
 
 
@@ -121,7 +120,7 @@ def child(engine: str, clients: int, rounds: int, quick: bool, launched: float, 
             res = simulate(specs, num_cpus=cfg.ray_cpus, object_store_mb=cfg.object_store_mb)
         else:
             from pflkit.flower.deployment import deploy
-            res = deploy(specs, clientapps="per-message" if engine == "deployment-per-message" else "forked")
+            res = deploy(specs)
             if res["leftover_pids"]:
                 raise RuntimeError(f"processes left behind: {res['leftover_pids']}")
         startup = res["registered_at"] - launched
@@ -245,9 +244,8 @@ def markdown(res: dict) -> str:
 def main(argv: list[str] | None = None) -> dict | None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--clients", default="10,50,100", help="clients for in-process and simulation")
-    parser.add_argument("--deploy-clients", default="10,100", help="clients for the deployment engine")
-    parser.add_argument("--per-message-clients", default="10",
-                        help="clients for deployment-per-message (a torch import per message: 100 take hours)")
+    parser.add_argument("--deploy-clients", default="10",
+                        help="clients for the deployment engine (a torch import per message: 100 take hours)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--quick", action="store_true", help="the smoke profile's sizes, 3 clients, 2 rounds")
@@ -267,8 +265,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         parser.error(f"--engines must be from {ENGINES}, got {bad}")
     clients = [3] if args.quick else [int(c) for c in args.clients.split(",")]
     deploy_clients = {e: [3] if args.quick else [int(c) for c in value.split(",")]
-                      for e, value in (("deployment", args.deploy_clients),
-                                       ("deployment-per-message", args.per_message_clients))}
+                      for e, value in (("deployment", args.deploy_clients),)}
     rounds = 2 if args.quick else args.rounds
     res = {"machine": machine_info(torch.device("cpu")), "rounds": rounds, "runs": []}
     cfg = config(clients[0], rounds, args.quick)

@@ -1,20 +1,27 @@
-"""The floor of a deployment round on this machine: Flower's transport and ClientApp start-up with no work at all.
+"""Stock Flower's floor of a deployment round on this machine, beside pflkit's FedAvg and PERM rounds in the same run.
 
-    python benchmarks/flower_floor.py [--nodes 10] [--rounds 10] [--cores 1,2] [--out benchmarks/results]
-                                      [--simulation benchmarks/results/flower.json]
+    python benchmarks/flower_floor.py [--nodes 10] [--rounds 5] [--cores 2] [--out benchmarks/results]
+                                      [--simulation benchmarks/results/flower.json] [--floor-only] [--profile smoke]
 
-Issue 32 asks for a 10-client deployment round within 5x of the simulation round (benchmarks/flower.py). This
-benchmark measures what no change to pflkit's methods can remove: pflkit's deployment (``Deployment``, exactly
-as ``deploy`` starts it: TLS, SuperNode authentication, forked ClientApps, polls that back off) runs a
-ServerApp that sends every node one message per round and a ClientApp that answers at once (no data, no model,
-no computation). Each round is timed from the first message pushed to the last reply pulled, through pflkit's
-``PollingGrid`` as pflkit's ServerApp does; the first round is left out (it may meet nodes still starting).
-Messages are pflkit's own (``pflkit.flower.apps.job_content`` and ``reply_content``), with two payloads: no
-tensors, and one float32 tensor of the size of benchmarks/flower.py's model (its ``num_parameters``) sent, and
-another of that size, of fresh values, returned, as a FedAvg round carries them. Each runs with the deployment pinned to
-one core, then to all (``--cores``): how the floor moves with the cores it gets.
+One deployment (``pflkit.flower.deployment.Deployment``, as ``deploy`` starts it: TLS, SuperNode authentication,
+Flower's own ``flower-superlink`` and ``flower-supernode``, whose SuperExec starts a ClientApp process for every
+message) runs, one after the other:
 
-Writes ``<out>/flower_floor.json`` and ``<out>/flower_floor.md`` (docs/flower.md's block) and prints the table.
+* **the floor**: a Flower App of Flower's public API only (``APP``: no pflkit code), a ServerApp that sends every
+  node one message per round and a ClientApp that answers at once (no data, no model, no computation). Its
+  messages are Flower's own records, with two payloads: none, and one float32 ``Array`` of the size of the
+  flower_equivalence model (benchmarks/flower.json's ``num_parameters``) sent, and another of that size, of fresh
+  values, returned, as a FedAvg round carries them. Each round is timed from the first message pushed to the last
+  reply pulled, the replies pulled every ``POLL`` s (as pflkit's ServerApp does: ``apps.POLL_SECONDS``); and once
+  more with the model payload through Flower's own ``Grid.send_and_receive``, which waits 3 s between pulls.
+  The first round of each is left out (it may meet nodes still starting).
+* **pflkit**: the flower_equivalence stage's FedAvg and PERM (params.yaml's default profile, ``--nodes`` clients,
+  ``--rounds`` rounds; each SuperNode holds its partition) through pflkit's App. A round's seconds are its
+  training passes (PERM: with its global step and alpha update when due); its floor is the floor's model round
+  times those passes, and its own compute the in-process round of benchmarks/flower.json (every client at once).
+
+Every process of the deployment is pinned to the first ``--cores`` of this process's cores. Writes
+``<out>/flower_floor.json`` and ``<out>/flower_floor.md`` (docs/flower.md's block) and prints the table.
 """
 from __future__ import annotations
 
@@ -22,6 +29,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,7 +38,10 @@ from pflkit.device import cpu_model
 from pflkit.io import write_report
 
 ROOT = Path(__file__).resolve().parents[1]
-#: the app the deployment runs instead of pflkit's: a module of the App Bundle's folder (Flower loads it from there)
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the sibling benchmark modules (flower.py: the stage's work)
+#: seconds between the floor ServerApp's pulls (pflkit's ServerApp polls as often: ``apps.POLL_SECONDS``)
+POLL = 0.05
+#: the app the deployment runs for the floor: Flower's public API only, a module of the App Bundle's folder
 APP = '''
 import json
 import os
@@ -38,23 +49,20 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
-from flwr.app import Context, Message
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
-
-from pflkit.flower.apps import PollingGrid, job_content, job_from, reply_content
-from pflkit.flower.client import Job, Reply
 
 client_app = ClientApp()
 
 
 @client_app.train()
 def train(message: Message, context: Context) -> Message:
-    job = job_from(message)  # no work: a reply of the same size, its own values (no object shared)
-    rng = np.random.default_rng()
-    arrays = {k: torch.from_numpy(rng.random(v.numel(), np.float32)) for k, v in job.arrays.items()}
-    return Message(reply_content(Reply(arrays, {"seconds": 0.0})), reply_to=message)
+    rng = np.random.default_rng()  # no work: a reply of the same size, its own values (no object shared)
+    arrays = {k: Array.from_numpy_ndarray(rng.random(a.numpy().size, np.float32))
+              for k, a in message.content["arrays"].items()}
+    return Message(RecordDict({"arrays": ArrayRecord(arrays), "metrics": MetricRecord({"seconds": 0.0})}),
+                   reply_to=message)
 
 
 server_app = ServerApp()
@@ -74,6 +82,18 @@ def cpu_jiffies():
     return busy, total
 
 
+def polled(grid, messages, timeout, poll):
+    """Push, then pull every ``poll`` s until every reply is in (Flower's public Grid API)."""
+    waiting, got, end = set(grid.push_messages(messages)), [], time.monotonic() + timeout
+    while waiting and time.monotonic() < end:
+        replies = list(grid.pull_messages(waiting))
+        got += replies
+        waiting.difference_update(m.metadata.reply_to_message_id for m in replies)
+        if waiting:
+            time.sleep(poll)
+    return got
+
+
 @server_app.main()
 def main(grid: Grid, context: Context) -> None:
     cfg = context.run_config
@@ -81,15 +101,17 @@ def main(grid: Grid, context: Context) -> None:
     while len(nodes) < int(cfg["nodes"]) and time.monotonic() < deadline:
         nodes = sorted(grid.get_node_ids())
         time.sleep(0.2)
-    grid = PollingGrid(grid)
     out = {}
-    for name, size in (("empty", 0), ("model", int(cfg["floats"]))):
+    for name, size, flower in (("empty", 0, False), ("model", int(cfg["floats"]), False),
+                               ("flower", int(cfg["floats"]), True)):
         times, busy = [], []  # the first round apart: it may meet nodes still starting
         for _ in range(int(cfg["rounds"]) + 1):
-            content = job_content(Job({"model.x": torch.zeros(size)} if size else {}, {"kind": "train", "round": 0}))
+            arrays = ArrayRecord({"x": Array.from_numpy_ndarray(np.zeros(size, np.float32))} if size else {})
+            messages = [Message(RecordDict({"arrays": arrays, "config": ConfigRecord({"round": 0})}), dst_node_id=n,
+                                message_type="train") for n in nodes]
             t, c = time.perf_counter(), cpu_jiffies()
-            replies = list(grid.send_and_receive(
-                [Message(content, dst_node_id=n, message_type="train") for n in nodes], timeout=120))
+            replies = list(grid.send_and_receive(messages, timeout=300) if flower
+                           else polled(grid, messages, 300, float(cfg["poll"])))
             times.append(time.perf_counter() - t)
             c2 = cpu_jiffies()
             busy.append((c2[0] - c[0]) / max(1, c2[1] - c[1]))
@@ -99,10 +121,14 @@ def main(grid: Grid, context: Context) -> None:
         out[name] = {"seconds": times[1:], "busy": busy[1:]}
     Path(cfg["results"]).write_text(json.dumps(out))
 '''
+#: the floor's rows: key, what it sends, how the ServerApp waits for the replies
+FLOOR_ROWS = (("empty", "empty", f"pulled every {POLL:g} s"), ("model", "{floats:,} float32 each way",
+              f"pulled every {POLL:g} s"), ("flower", "{floats:,} float32 each way",
+              "Flower's send_and_receive (3 s between pulls)"))
 
 
 def bundle(folder: Path, nodes: int, rounds: int, floats: int, results: Path) -> Path:
-    """The App Bundle: floor_app.py and a pyproject naming its apps (pflkit's ``app_bundle``, other components)."""
+    """The floor's App Bundle: floor_app.py and a pyproject naming its apps."""
     import tomli_w
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -114,84 +140,143 @@ def bundle(folder: Path, nodes: int, rounds: int, floats: int, results: Path) ->
         "tool": {"flwr": {"app": {"publisher": "pflkit",
                                   "components": {"serverapp": "floor_app:server_app",
                                                  "clientapp": "floor_app:client_app"},
-                                  "config": {"nodes": nodes, "rounds": rounds, "floats": floats,
+                                  "config": {"nodes": nodes, "rounds": rounds, "floats": floats, "poll": POLL,
                                              "results": str(results)}}}}}))
     return folder
 
 
-def measure(nodes: int, rounds: int, floats: int, cores: int) -> dict:
-    """The floor run on the first ``cores`` of this process's cores: every process of the deployment inherits
-    that affinity."""
+def pflkit_specs(nodes: int, rounds: int, profile: str = "default") -> list:
+    """The flower_equivalence stage's FedAvg and PERM (params.yaml's ``profile``: default, or smoke's small
+    sizes) with ``nodes`` clients and ``rounds`` rounds, evaluated at the start and the end (benchmarks/flower.py's
+    work)."""
+    import torch
+
+    from flower import config  # benchmarks/flower.py
+
+    from pflkit.engine import FunctionalModel
+    from pflkit.experiments.flower import specs_for
+    from pflkit.models import logistic
+
+    torch.set_num_threads(1)
+    cfg = config(nodes, rounds, profile == "smoke")
+    model = FunctionalModel(lambda: logistic((cfg.dim,), 2), "cpu")
+    return [spec for _, spec in specs_for(cfg, 0, model).values()]
+
+
+def measure(nodes: int, rounds: int, floats: int, cores: int, specs: list | None = None) -> dict:
+    """The floor run (and, with ``specs``, pflkit's run of them: ``pflkit``, the ServerApp's results) on one
+    deployment pinned to the first ``cores`` of this process's cores: every process of it inherits that
+    affinity. Raises when a process is left behind."""
     from pflkit.flower.deployment import CONNECTION, Deployment, _tool
 
     allowed = sorted(os.sched_getaffinity(0))
     os.sched_setaffinity(0, allowed[:cores])
     try:
-        with tempfile.TemporaryDirectory(prefix="pflkit-floor-") as workdir, Deployment(nodes, workdir) as dep:
-            results = dep.workdir / "floor.json"
-            folder = bundle(dep.workdir / "floor-app", nodes, rounds, floats, results)
-            proc = dep._spawn("flwr-run-floor", [_tool("flwr"), "run", str(folder), CONNECTION, "--stream"])
-            deadline = time.monotonic() + 600
-            while proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.5)
-            if not results.exists():
-                raise RuntimeError("the floor run failed:\n" + dep.log_tail("flwr-run-floor", 60))
-            seconds = json.loads(results.read_text())
+        with tempfile.TemporaryDirectory(prefix="pflkit-floor-") as workdir:
+            dep = Deployment(nodes, workdir)
+            if specs:
+                dep.hold_data(specs[0].federation(), specs[0].federation_key())
+            with dep:
+                results = dep.workdir / "floor.json"
+                folder = bundle(dep.workdir / "floor-app", nodes, rounds, floats, results)
+                proc = dep._spawn("flwr-run-floor", [_tool("flwr"), "run", str(folder), CONNECTION, "--stream"])
+                deadline = time.monotonic() + 3600
+                while proc.poll() is None and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                if not results.exists():
+                    raise RuntimeError("the floor run failed:\n" + dep.log_tail("flwr-run-floor", 60))
+                out = json.loads(results.read_text())
+                if specs:
+                    ran = dep.run(specs, timeout=3600)
+                    out["pflkit"] = [{"method": r["spec"]["label"], "round_seconds": list(r["round_seconds"].values()),
+                                      "passes": passes_per_round(r["traffic"], r["spec"]["rounds"])}
+                                     for r in ran["runs"]]
     finally:
         os.sched_setaffinity(0, allowed)
     if dep.leftover:
         raise RuntimeError(f"processes left behind: {dep.leftover}")
-    return seconds
+    return out
+
+
+def passes_per_round(traffic: list[dict], rounds: int) -> list[int]:
+    """The training passes of each round 1..rounds (the ServerApp's traffic rows: one per pass)."""
+    return [sum(1 for t in traffic if t["round"] == r and t["kind"] == "train") for r in range(1, rounds + 1)]
 
 
 def table(out: dict) -> str:
-    rows = ["| cores | message | rounds | s / round (mean) | min | max | vs simulation round (FedAvg) | cores busy |",
+    sim, floats = out["simulation_round"], out["floats"]
+    rows = ["| run | message | replies | rounds | s / round (mean) | min | max | cores busy |",
             "|---|---|---|---|---|---|---|---|"]
-    for cores, by_payload in out["seconds"].items():
-        for name, label in (("empty", "empty"), ("model", f"{out['floats']:,} float32 each way")):
-            t, busy = by_payload[name]["seconds"], by_payload[name]["busy"]
-            rows.append(f"| {cores} | {label} | {len(t)} | {statistics.mean(t):.3f} | {min(t):.3f} | {max(t):.3f} | "
-                        f"{statistics.mean(t) / out['simulation_round']:.0f}x | {100 * statistics.mean(busy):.0f}% |")
-    head = (f"{out['nodes']} SuperNodes on {out['machine']} (load average {out['load'][0]:.2f} at start, "
-            f"{out['load'][1]:.2f} at end): pflkit's deployment (TLS, node authentication, forked ClientApps), "
-            f"a ClientApp that answers at once (pflkit's messages). The simulation round: benchmarks/flower.md's "
-            f"FedAvg row, {out['simulation_round']:.3f} s ({out['nodes']} clients, mean of its rounds); 5x of it is "
-            f"{5 * out['simulation_round']:.3f} s. Cores: the deployment's processes pinned to that many of the "
-            f"machine's cores; cores busy: the share of their time spent outside idle during the timed rounds "
-            f"(/proc/stat).")
-    return head + "\n\n" + "\n".join(rows) + "\n"
+    for key, label, how in FLOOR_ROWS:
+        if key not in out["floor"]:
+            continue
+        t, busy = out["floor"][key]["seconds"], out["floor"][key]["busy"]
+        rows.append(f"| floor | {label.format(floats=floats)} | {how} | {len(t)} | {statistics.mean(t):.3f} | "
+                    f"{min(t):.3f} | {max(t):.3f} | {100 * statistics.mean(busy):.0f}% |")
+    floor = statistics.mean(out["floor"]["model"]["seconds"])
+    text = (f"{out['nodes']} SuperNodes on {out['machine']}, the deployment pinned to {out['cores']} of them (load "
+            f"average {out['load'][0]:.2f} at start, {out['load'][1]:.2f} at end): stock Flower 1.42 (TLS, SuperNode "
+            f"authentication, a ClientApp process per message). Floor: a Flower App that answers at once (Flower's "
+            f"public API only). The simulation round: benchmarks/flower.md's FedAvg row, {sim:.3f} s "
+            f"({out['nodes']} clients).\n\n" + "\n".join(rows) + "\n")
+    if out.get("pflkit"):
+        lines = ["| method | rounds | training passes / round | s / round (mean) | floor x passes | + in-process round "
+                 "| x (floor + compute) | x simulation round |", "|---|---|---|---|---|---|---|---|"]
+        for m in out["pflkit"]:
+            t, passes = m["round_seconds"], statistics.mean(m["passes"])
+            own = out["in_process"].get(m["method"], 0.0)
+            bound = floor * passes + own
+            mean = statistics.mean(t)
+            lines.append(f"| {m['method']} | {len(t)} | {passes:.1f} | {mean:.3f} | {floor * passes:.3f} | {own:.3f} "
+                         f"| {mean / bound:.2f}x | {mean / sim:.0f}x |")
+        text += ("\npflkit's rounds on the same deployment (the flower_equivalence stage's work, "
+                 f"{out['profile']} profile, {out['nodes']} clients, each SuperNode holding its partition; pflkit's "
+                 "ClientApps import torch): "
+                 "floor x passes is the floor's model round times the round's training passes (PERM's global step "
+                 "and alpha update add passes when due); + in-process round: benchmarks/flower.md's in-process round "
+                 "of the method, every client's compute at once.\n\n" + "\n".join(lines) + "\n")
+    return text
 
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=10)
-    ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--cores", default=f"1,{len(os.sched_getaffinity(0))}",
-                    help="comma-separated core counts to pin the deployment to, one run each (default: 1 and all)")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--cores", default=str(len(os.sched_getaffinity(0))),
+                    help="the number of this machine's cores to pin the deployment to (default: all)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--simulation", type=Path, default=ROOT / "benchmarks" / "results" / "flower.json",
-                    help="benchmarks/flower.py's results: the simulation round to compare with")
+                    help="benchmarks/flower.py's results: the simulation and in-process rounds to compare with")
+    ap.add_argument("--floor-only", action="store_true", help="the floor without pflkit's rounds")
+    ap.add_argument("--profile", choices=["default", "smoke"], default="default",
+                    help="params.yaml profile of pflkit's work (smoke: its small sizes, for the test)")
     args = ap.parse_args(argv)
     available = len(os.sched_getaffinity(0))
-    try:
-        cores = sorted({int(c) for c in args.cores.split(",")})
-    except ValueError:
-        cores = []
-    if not cores or not all(1 <= c <= available for c in cores):
-        raise SystemExit(f"--cores: comma-separated integers in 1..{available}, got {args.cores!r}")
+    cores = int(args.cores) if args.cores.isdigit() else 0
+    if not 1 <= cores <= available:
+        raise SystemExit(f"--cores: an integer in 1..{available}, got {args.cores!r}")
+    if args.rounds < 1 or args.nodes < 2:
+        raise SystemExit(f"--rounds: an integer >= 1 and --nodes: an integer >= 2, got {args.rounds}, {args.nodes}")
     flower = json.loads(args.simulation.read_text())
-    sim = next((m for r in flower["runs"] if r["engine"] == "simulation" and r["clients"] == args.nodes
-                for m in r["methods"] if m["method"] == "FedAvg"), None)
-    if sim is None:
+
+    def rows(engine):
+        return {m["method"]: statistics.mean(m["round_seconds"]) for r in flower["runs"]
+                if r["engine"] == engine and r["clients"] == args.nodes for m in r["methods"]}
+
+    sim, params = rows("simulation"), next((m["num_parameters"] for r in flower["runs"] if r["engine"] == "simulation"
+                                            and r["clients"] == args.nodes for m in r["methods"]), None)
+    if "FedAvg" not in sim:
         raise SystemExit(f"--nodes {args.nodes}: {args.simulation} has no simulation run of that many "
                          f"clients to compare with; allowed: "
                          f"{sorted(r['clients'] for r in flower['runs'] if r['engine'] == 'simulation')}")
     cpu = cpu_model() or "this machine"
     load0 = os.getloadavg()[0]
-    seconds = {str(c): measure(args.nodes, args.rounds, int(sim["num_parameters"]), c) for c in cores}
-    out = {"nodes": args.nodes, "floats": int(sim["num_parameters"]), "seconds": seconds,
-           "simulation_round": statistics.mean(sim["round_seconds"]), "machine": f"{cpu}, {os.cpu_count()} cores",
-           "load": [load0, os.getloadavg()[0]]}
+    specs = None if args.floor_only else pflkit_specs(args.nodes, args.rounds, args.profile)
+    measured = measure(args.nodes, args.rounds, int(params), cores, specs)
+    out = {"nodes": args.nodes, "cores": cores, "floats": int(params), "simulation_round": sim["FedAvg"],
+           "in_process": rows("in-process"), "machine": f"{cpu}, {os.cpu_count()} cores",
+           "load": [load0, os.getloadavg()[0]], "floor": {k: v for k, v in measured.items() if k != "pflkit"},
+           "pflkit": measured.get("pflkit", []), "profile": args.profile}
     md = table(out)
     write_report(args.out, "flower_floor", out, md)
     print(md)

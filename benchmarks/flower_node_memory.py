@@ -3,8 +3,7 @@
     python benchmarks/flower_node_memory.py [--nodes 3] [--out benchmarks/results]
 
 Starts a ``pflkit.flower.deployment.Deployment`` of ``--nodes`` SuperNodes (insecure: TLS changes no process)
-in each ClientApp mode (``forked``: one pflkit SuperExec serving every SuperNode, with one fork server;
-``per-message``: Flower's default, each SuperNode's own SuperExec), waits until every process is up, and sums
+(stock Flower: each SuperNode's own SuperExec starts a ClientApp process per message), waits until every process is up, and sums
 the proportional set size (PSS: a shared page counted once over the processes that share it, unlike the RSS
 sums of benchmarks/flower.py) of every process per role. The ClientApps themselves come and go per message
 and are not counted. Writes ``flower_node_memory.{json,md}``: per role, per node for the roles every node has
@@ -47,9 +46,9 @@ def role(proc: psutil.Process, link_pid: int) -> str:
     return "other: " + cmd[:60]
 
 
-def measure(nodes: int, clientapps: str) -> dict:
+def measure(nodes: int, clientapps: str = "per-message") -> dict:
     from pflkit.flower.deployment import Deployment
-    with Deployment(nodes, insecure=True, clientapps=clientapps) as dep:
+    with Deployment(nodes, insecure=True) as dep:
         time.sleep(SETTLE_SECONDS)  # the SuperExecs (and fork servers) start after the SuperNodes listen
         link_pid = dep.procs["superlink"].pid
         mb: dict[str, float] = {}
@@ -95,7 +94,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.nodes < 1:
         p.error(f"--nodes must be at least 1, got {a.nodes}")
-    res = {"runs": [measure(a.nodes, mode) for mode in ("forked", "per-message")]}
+    res = {"runs": [measure(a.nodes)]}
     text = markdown(res)
     write_report(a.out, "flower_node_memory", res, text)
     print(text)

@@ -2,7 +2,7 @@
 
     python benchmarks/flower_requests.py [--nodes 10] [--rounds 5] [--cores 2] [--out benchmarks/results]
 
-Runs benchmarks/flower_floor.py's deployment (TLS, node authentication, forked ClientApps, a ClientApp that
+Runs benchmarks/flower_floor.py's deployment (TLS, node authentication, stock SuperNodes, a ClientApp that
 answers at once with a payload of the size it got: the model-sized message) while every Python process of it times each
 HTTP request it makes. A ``sitecustomize`` module on the deployment's ``PYTHONPATH`` wraps ``httpx.Client.send``
 (Flower 1.42's SuperNodes, SuperExec, ClientApps and ServerApp talk to the SuperLink and to their SuperNode
@@ -16,8 +16,7 @@ asked and the API path:
 
 * **requests** per round, and the seconds those requests took (their sum: the processes ask concurrently);
 * **object waits**: a process that asks for a message's object before its sender has pushed it waits and asks
-  again (Flower's ``pull_objects``: 1 s at first, doubling; pflkit's ServerApp ``SERVER_OBJECT_RETRY``, its
-  SuperNodes and ClientApps ``NODE_OBJECT_RETRY``: ``pflkit.flower.waits.quick_object_retries``). Counted as
+  again (Flower's ``pull_objects``: 1 s at first, doubling, in every process: pflkit changes none). Counted as
   two asks for objects by one process in one round with no other request between them and more than ``--gap``
   seconds from the end of one to the start of the next.
 
@@ -157,8 +156,9 @@ def main(argv: list[str] | None = None) -> dict:
                 else:
                     os.environ[k] = v
         rows = read_log(log.read_text())
-    # the floor run sends rounds + 1 empty messages, then rounds + 1 model-sized ones: keep the model rounds
-    skip = set(range(args.rounds + 2))
+    # the floor run sends rounds + 1 empty messages, then rounds + 1 model-sized ones, then rounds + 1 through
+    # Flower's send_and_receive: keep the model rounds (their first left out)
+    skip = set(range(args.rounds + 2)) | set(range(2 * args.rounds + 2, 3 * args.rounds + 3))
     out = {"nodes": args.nodes, "cores": args.cores, "floats": int(floats), "gap": args.gap,
            "machine": f"{cpu_model() or 'this machine'}, {os.cpu_count()} cores",
            "summary": summarize(rows, skip, args.gap)}

@@ -1,17 +1,17 @@
-"""A SuperNode that dies at the worst moment for its SuperLink's ServerApp: once the file named by its first
+"""A stock SuperNode that dies at the worst moment for its SuperLink's ServerApp: once the file named by its first
 argument exists, it exits (as if killed) right after pushing its next reply message and before pushing that
 reply's objects, so the SuperLink holds a reply whose objects never come.
 
-    python tests/integration/dying_supernode.py FLAG <pflkit.flower.supernode's arguments>
+    python tests/integration/dying_supernode.py FLAG <flower-supernode's arguments>
 
-Everything else is pflkit's SuperNode (``pflkit.flower.supernode``). Used by tests/integration/test_flower.py.
+Everything else is Flower's own ``flower-supernode`` (``flwr.supernode.cli:flower_supernode``); the fault is the
+test's, injected in this process only. Used by tests/integration/test_flower.py.
 """
 import os
 import sys
 
 from flwr.supernode import start_client_internal
-
-from pflkit.flower import supernode
+from flwr.supernode.cli import flower_supernode
 
 
 def main() -> None:
@@ -24,7 +24,7 @@ def main() -> None:
         return push_objects(*args, **kwargs)
 
     start_client_internal.push_object_contents_from_iterable = push_or_die
-    supernode.main()
+    flower_supernode()
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from pflkit.flower import deployment  # noqa: E402
 class FakeDeployment:
     made: list[Path] = []
 
-    def __init__(self, num_nodes, workdir, threads=1, insecure=False, clientapps="forked"):
+    def __init__(self, num_nodes, workdir, threads=1, insecure=False):
         self.workdir = Path(workdir) if workdir else Path(deployment.tempfile.mkdtemp(prefix="pflkit-flower-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "superlink.log").write_text("log")

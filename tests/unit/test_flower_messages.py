@@ -1,21 +1,18 @@
-"""pflkit's Flower messages (``pflkit.flower.apps``): a job's or reply's tensors travel packed, as bytes in the
-message's one record or, past one of Flower's array chunks, as one array, and come back bit for bit, whatever
-their dtypes and shapes; a message's Flower objects (each one a request at every hop of a deployment) stay few
-however many tensors it carries."""
-import json
+"""pflkit's Flower messages (``pflkit.flower.apps``) are Flower's own records: a job's or reply's tensors travel in
+an ``ArrayRecord`` (one ``Array`` each) and its values in a ConfigRecord (a job) or MetricRecord (a reply), and
+come back bit for bit, whatever their dtypes and shapes; a message that does not deserialize is refused naming its
+client and node (issue 55: no packed bytes, no private Flower constant)."""
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 import torch
 
 pytest.importorskip("flwr")
 
-from flwr.app import ArrayRecord, ConfigRecord, RecordDict  # noqa: E402
-from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects  # noqa: E402
+from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict  # noqa: E402
 
 from pflkit.flower import apps  # noqa: E402
-from pflkit.flower.apps import job_content, job_from, packed, reply_content, reply_from, unpacked  # noqa: E402
+from pflkit.flower.apps import job_content, job_from, reply_content, reply_from, tensors_and_values  # noqa: E402
 from pflkit.flower.client import Job, Reply  # noqa: E402
 
 TENSORS = {
@@ -40,78 +37,46 @@ def _bits(t):
     return t.contiguous().reshape(-1).view(torch.uint8)
 
 
-def test_packed_and_unpacked_return_every_tensor_bit_for_bit():
-    _same(TENSORS, unpacked(packed(TENSORS)))
-    assert unpacked(packed({})) == {}
-    out = unpacked(packed(TENSORS))
-    out["model.w"] += 1  # fresh and writable, not a view of the message's buffer
-    _same(TENSORS, unpacked(packed(TENSORS)))
-
-
-@pytest.mark.parametrize("one_record", [True, False], ids=["one record", "array record"])
-def test_jobs_and_replies_round_trip_through_flower_messages(one_record, monkeypatch):
-    if not one_record:  # every message past the one-record size: the tensors go in an ArrayRecord
-        monkeypatch.setattr(apps, "ONE_RECORD_MAX", 0)
+def test_jobs_and_replies_round_trip_through_flower_records():
     job = Job(TENSORS, {"kind": "train", "step": 3, "lr": 0.5, "shared": True})
     content = job_content(job)
-    assert list(content) == (["message"] if one_record else ["arrays", "config"])
+    assert list(content) == ["arrays", "config"]
+    assert isinstance(content["arrays"], ArrayRecord) and isinstance(content["config"], ConfigRecord)
+    assert list(content["arrays"]) == list(TENSORS)  # one Array per tensor, Flower's own layout
     back = job_from(SimpleNamespace(content=content))  # what the two read of a Flower Message
     _same(job.arrays, back.arrays)
     assert back.config == job.config and type(back.config["step"]) is int
+    back.arrays["model.w"] += 1  # fresh and writable, not a view of the message's buffer
+    _same(job.arrays, job_from(SimpleNamespace(content=content)).arrays)
     reply = Reply({"model.w": TENSORS["model.w"]}, {"loss": 0.5, "seconds": 2})
-    back = reply_from(SimpleNamespace(content=reply_content(reply)))
+    content = reply_content(reply)
+    assert isinstance(content["metrics"], MetricRecord)
+    back = reply_from(SimpleNamespace(content=content))
     _same(reply.arrays, back.arrays)
     assert back.metrics == {"loss": 0.5, "seconds": 2.0}
+    assert job_from(SimpleNamespace(content=job_content(Job({}, {"kind": "evaluate"})))).arrays == {}
 
 
-def test_a_message_has_the_same_few_objects_however_many_tensors_it_carries():
-    def objects(tensors):
-        job = Job(tensors, {"kind": "train"})
-        return len(get_all_nested_objects(job_content(job)))  # the message's content, as Flower sends it
-
-    small = [{f"model.p{i}": torch.full((3,), float(i)) for i in range(n)} for n in (1, 20)]
-    assert [objects(t) for t in small] == [2, 2]  # RecordDict and its one ConfigRecord (the message is the 3rd)
-    chunk = apps.FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE  # Flower's array chunk, 5 MB unless its env variable says
-    assert apps.ONE_RECORD_MAX == chunk
-    large = {"model.w": torch.zeros(chunk // 4 + 1)}  # packed, past one chunk: an ArrayRecord, cut in 2 chunks
-    assert objects(large) == 6  # RecordDict, 2 records, one Array, its two chunks
-    unpacked_20 = RecordDict({"arrays": ArrayRecord.from_torch_state_dict(small[1]), "config": ConfigRecord({})})
-    assert len(get_all_nested_objects(unpacked_20)) == 43  # what Flower's own ArrayRecord of the 20 would send
+def _garbled():
+    record = ArrayRecord({"model.w": Array.from_numpy_ndarray(torch.ones(2, 3).numpy())})
+    record["model.w"].data = record["model.w"].data[:-1]  # its last byte cut off
+    return RecordDict({"arrays": record, "metrics": MetricRecord({})})
 
 
-def test_a_message_value_may_not_take_the_packed_tensors_key():
-    with pytest.raises(ValueError, match="pflkit.tensors"):
-        job_content(Job({}, {apps.TENSORS: 1}))
-
-
-def _raw(header, body: bytes = b"") -> np.ndarray:
-    head = json.dumps(header).encode() if not isinstance(header, bytes) else header
-    return np.frombuffer(len(head).to_bytes(8, "little") + head + body, np.uint8)
-
-
-GOOD = packed({"model.w": torch.ones(2, 3)})
-
-
-@pytest.mark.parametrize("flat, match", [
-    (GOOD[:-1], r"tensor 'model.w' float32 \[2, 3\] needs 24 bytes, 23 are left"),
-    (np.concatenate([GOOD, GOOD[:4]]), r"4 bytes follow the tensors the header lists"),
-    (_raw([["model.w", "complex_garbage", [1]]], b"\0" * 4), r"bad tensor entry \['model.w', 'complex_garbage'"),
-    (_raw([["model.w", "float32", [-1]]]), r"bad tensor entry"),
-    (_raw([["model.w", "float32", [True]]], b"\0" * 4), r"bad tensor entry"),
-    (_raw(b"{not json"), r"the header is not a list of \[name, dtype, shape\]"),
-    (_raw([["model.w", "float32"]]), r"the header is not a list of \[name, dtype, shape\]|not enough values"),
-    (GOOD[:5], r"at least 8 bytes"),
-    (np.frombuffer((10 ** 9).to_bytes(8, "little"), "uint8"), r"the header claims 1000000000 bytes"),
-], ids=["truncated", "trailing bytes", "unknown dtype", "negative size", "bool size", "garbled header",
-        "short entry", "no length", "header past the end"])
-def test_bytes_that_are_not_a_packing_are_refused_saying_why(flat, match):
-    with pytest.raises(ValueError, match=match):
-        unpacked(flat)
+@pytest.mark.parametrize("content, error", [
+    (RecordDict({"metrics": MetricRecord({})}), KeyError),
+    (RecordDict({"arrays": ConfigRecord({"a": 1}), "metrics": MetricRecord({})}), TypeError),
+    (RecordDict({"arrays": ArrayRecord({})}), KeyError),
+    (_garbled(), ValueError),
+], ids=["no arrays", "arrays not an ArrayRecord", "no metrics", "garbled array"])
+def test_a_message_that_is_not_a_reply_raises_what_the_transport_refuses(content, error):
+    with pytest.raises(error):
+        tensors_and_values(content, "metrics")
 
 
 def test_an_unreadable_reply_stops_the_run_naming_its_client_and_node():
-    """A reply whose bytes do not unpack is refused as a whole (key ``(message)``) through the server's reply
-    check: the pass names client, node, round and pass, as for any other bad reply."""
+    """A reply whose array does not deserialize is refused as a whole (key ``(message)``) through the server's
+    reply check: the pass names client, node, round and pass, as for any other bad reply."""
     from pflkit.algorithms import FedAvg
     from pflkit.algorithms.round import drive
     from pflkit.engine import FunctionalModel
@@ -128,18 +93,18 @@ def test_an_unreadable_reply_stops_the_run_naming_its_client_and_node():
     server = FederatedServer(spec, [{**c.info(), "node": 700 + j} for j, c in enumerate(clients)])
     exchange = apps.Exchange({0: 700, 1: 701}, spec.timeout)
 
-    def transport(jobs):  # client 1's message arrives with its last byte cut off
+    def transport(jobs):  # client 1's message arrives with the last byte of one array cut off
         messages = []
         for c, job in jobs.items():
             content = reply_content(clients[c].run(job))
             if c == 1:
-                record = content["message"]
-                record[apps.TENSORS] = record[apps.TENSORS][:-1]
+                array = next(iter(content["arrays"].values()))
+                array.data = array.data[:-1]
             messages.append(SimpleNamespace(content=content, metadata=SimpleNamespace(src_node_id=700 + c),
                                             has_error=lambda: False))
         return exchange.replies(jobs, messages, 0)
 
     with pytest.raises(RejectedReply, match=r"round 0, global_model pass: client 1 \(node 701\) sent a reply that "
                                             r"does not answer its job \(pass 0 of the run\): key '\(message\)': "
-                                            r"unreadable message: .*needs \d+ bytes"):
+                                            r"unreadable message: "):
         drive(server.evaluate(), transport)

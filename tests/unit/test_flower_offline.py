@@ -15,7 +15,7 @@ MODULES = ["pflkit.flower", "pflkit.flower.client", "pflkit.flower.credentials",
            "pflkit.flower.loopback", "pflkit.flower.reaper", "pflkit.flower.server", "pflkit.flower.simulation",
            "pflkit.flower.spec", "pflkit.experiments.flower", "pflkit.figures.flower"]
 # modules that import flwr at import time: checked too where the extra pflkit[flower] is installed
-FLOWER_MODULES = ["pflkit.flower.superexec"]
+FLOWER_MODULES = ["pflkit.flower.apps"]
 
 
 def test_importing_pflkit_flower_leaves_the_environment_alone():

@@ -22,10 +22,29 @@ def _cfg(**overrides):
     ("engines", ["simulation", "simulation"], r"flower_equivalence\.engines: .*repeated: \['simulation'\]"),
     ("ray_cpus", 0, r"flower_equivalence\.ray_cpus: .*greater than or equal to 1"),
     ("timeout", 0.0, r"flower_equivalence\.timeout: .*greater than 0"),
+    ("deployment_rounds", 0, r"flower_equivalence\.deployment_rounds: .*greater than or equal to 1"),
+    ("deployment_rounds", 3, r"flower_equivalence\.deployment_rounds: 3 must be a round the in-process run "
+                             r"evaluates \(a multiple of eval_every = 2, or rounds = 2\) within 1\.\.2"),
 ])
 def test_bad_values_name_the_key_and_what_is_allowed(key, value, match):
     with pytest.raises(ConfigError, match=match):
         _cfg(**{key: value})
+
+
+@pytest.mark.parametrize("rounds, eval_every, deployment_rounds, accepted", [
+    (10, 2, 4, True), (10, 2, 10, True), (10, 3, 10, True), (10, 3, 6, True),
+    (10, 2, 3, False), (10, 2, 12, False), (10, 3, 4, False),
+])
+def test_the_deployment_runs_a_prefix_of_the_rounds_that_ends_on_an_evaluated_round(rounds, eval_every,
+                                                                                    deployment_rounds, accepted):
+    """issue 55: the deployment engine's rounds (stock Flower: a ClientApp process per message) end on a round the
+    in-process run evaluates, so its last evaluation is compared with one."""
+    values = dict(rounds=rounds, eval_every=eval_every, deployment_rounds=deployment_rounds)
+    if accepted:
+        assert _cfg(**values).deployment_rounds == deployment_rounds
+    else:
+        with pytest.raises(ConfigError, match=r"flower_equivalence\.deployment_rounds: .*must be a round the "):
+            _cfg(**values)
 
 
 def test_the_stage_accepts_the_methods_whose_class_declares_federated():

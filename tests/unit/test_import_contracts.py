@@ -14,6 +14,7 @@ LINT = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
 LAYERS = "Layers: data below engine below eval below algorithms"
 CYCLES = "No import cycles"
 TESTS = "The package never imports the tests"
+STOCK = "Stock Flower only"
 
 pytestmark = pytest.mark.skipif(LINT is None, reason="import-linter (the dev extra) is not installed")
 
@@ -25,7 +26,7 @@ def _lint(cwd: Path, env=None, *options: str):
 def test_pflkit_keeps_its_import_contracts():
     out = _lint(ROOT)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "Contracts: 3 kept, 0 broken." in out.stdout
+    assert "Contracts: 4 kept, 0 broken." in out.stdout
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +59,15 @@ VIOLATIONS = [
     ("report.py", "from pflkit.experiments import perm", CYCLES, "- .report -> .experiments (1 import)"),
     ("flower/spec.py", "from pflkit.flower import loopback", CYCLES, "No cycles are allowed in pflkit.flower.\n"),
     ("seeds.py", "import reference", TESTS, "pflkit is not allowed to import reference"),
+    # issue 55: Flower's internals and private constants (each was imported before: the patches it removed)
+    ("flower/apps.py", "from flwr.common.constant import SUPERLINK_NODE_ID", STOCK,
+     "pflkit is not allowed to import flwr.common.constant:\n\n-   pflkit.flower.apps -> flwr.common.constant"),
+    ("flower/apps.py", "from flwr.superlink.grid import http_grid", STOCK,
+     "pflkit is not allowed to import flwr.superlink:\n\n-   pflkit.flower.apps -> flwr.superlink"),
+    ("flower/deployment.py", "from flwr.supernode import start_client_internal", STOCK,
+     "pflkit is not allowed to import flwr.supernode:\n\n-   pflkit.flower.deployment -> flwr.supernode"),
+    ("flower/simulation.py", "from flwr.supercore.superexec import executor", STOCK,
+     "pflkit is not allowed to import flwr.supercore:\n\n-   pflkit.flower.simulation -> flwr.supercore"),
 ]
 
 
@@ -72,6 +82,6 @@ def test_each_contract_catches_the_import_it_forbids(copy, module, line, contrac
         path.write_text(before)
     assert out.returncode == 1, out.stdout + out.stderr
     verdicts = _verdicts(out.stdout)
-    assert len(verdicts) == 3 and [k for k, v in verdicts.items() if v == "BROKEN"] == [
+    assert len(verdicts) == 4 and [k for k, v in verdicts.items() if v == "BROKEN"] == [
         next(k for k in verdicts if k.startswith(contract))], verdicts
     assert says in out.stdout, out.stdout

@@ -9,15 +9,16 @@ methods it accepts are those whose class declares ``federated`` (``curves.FEDERA
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from typing import Literal
 
 import pandas as pd
 import torch
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from ..config import load_params, resolve_threads, stage_values, unique
+from ..config import load_params, raise_problems, resolve_threads, stage_values, unique
 from ..engine import FunctionalModel
 from ..eval import HISTORY_COLUMNS
 from ..flower import ENGINE_NAMES, INSTALL_HINT, flower_installed
@@ -38,11 +39,24 @@ TOLERANCE = 1e-4  # the issue's bar for the final personalized accuracy
 class FlowerEquivalenceConfig(PermFig1Config):
     """PERM Fig. 1's settings (``PermFig1Config``) plus the engines: ``engines`` (Flower's, run when Flower
     is installed), ``ray_cpus`` / ``object_store_mb`` (the simulation's Ray), ``timeout`` (seconds a
-    pass waits for its replies before the run stops with an error)."""
+    pass waits for its replies before the run stops with an error), ``deployment_rounds`` (the deployment
+    engine runs the first that many rounds: stock Flower starts a ClientApp process per message, seconds
+    each, and exactness is shown by every evaluated round up to there; the simulation runs ``rounds``)."""
     engines: list[Literal[ENGINES]]
     ray_cpus: int = Field(ge=1)
     object_store_mb: int = Field(ge=80)
     timeout: float = Field(gt=0)
+    deployment_rounds: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _deployment_rounds_evaluated(self):
+        r, every = self.deployment_rounds, self.eval_every
+        if r > self.rounds or (r % every and r != self.rounds):
+            raise_problems([("deployment_rounds", f"{r} must be a round the in-process run evaluates (a multiple of "
+                                                  f"eval_every = {every}, or rounds = {self.rounds}) within "
+                                                  f"1..{self.rounds}, so that the deployment's last evaluation has "
+                                                  f"one to compare with")])
+        return self
 
     @field_validator("methods")
     @classmethod
@@ -125,7 +139,8 @@ def equivalence(cfg: FlowerEquivalenceConfig, engines: list[str] | None = None, 
                 from ..flower.deployment import deploy
                 def on_round(done, total, seed=seed):
                     note(f"{cfg.stage}: seed {seed}: deployment round {done}/{total} (all methods) ({timer})")
-                out = deploy(specs, workdir=workdir, keep=keep_workdir, insecure=insecure, on_round=on_round)
+                short = [dataclasses.replace(s, rounds=cfg.deployment_rounds) for s in specs]
+                out = deploy(short, workdir=workdir, keep=keep_workdir, insecure=insecure, on_round=on_round)
             note(f"{cfg.stage}: seed {seed}: {ENGINE_NAMES[engine]} done ({timer})")
             frames.append(_engine_rows(engine, out["runs"]))
             timings.append({"seed": seed, **_timing(engine, out)})
@@ -170,7 +185,8 @@ def final_table(history: pd.DataFrame, rounds: int) -> pd.DataFrame:
     diff = differences(history)
     rows = []
     for (method, engine), part in history.groupby(["method", "engine"], sort=False):
-        last = part[part["round"] == rounds].groupby("metric")["value"].mean()
+        # an engine's last evaluated round: ``rounds``, or the deployment's ``deployment_rounds``
+        last = part[part["round"] == min(rounds, part["round"].max())].groupby("metric")["value"].mean()
         d = diff[(diff["method"] == method) & (diff["engine"] == engine)]
         row = {"method": method, "engine": engine, "accuracy": last["accuracy"], "loss": last["loss"]}
         if engine != IN_PROCESS:

@@ -11,13 +11,15 @@ decides: ``server.FederatedServer``). So the server never hangs.
 
 A run holds one or more RunSpecs on the same federation (``spec.specs_to_json``), run one after the
 other over the same registered nodes; every message names its spec (config ``run``). The specs come
-from the run config (``specs``; ``results``: a file for the results, written by the ServerApp) in the
-deployment engine, or are bound by ``client_app`` / ``server_app`` for the simulation engine.
+from the run config (``spec.RUN_CONFIG``: one method's keys, or ``specs``; ``results``: a file for the results,
+written by the ServerApp): ``flower_server_app`` / ``flower_client_app`` are the components of pflkit's Flower
+App (pyproject.toml ``[tool.flwr.app]``, run with ``flwr run``), or ``client_app`` / ``server_app`` bind them for
+the simulation engine. Messages carry their tensors in an ``ArrayRecord`` and their values in a ConfigRecord
+(a job) or MetricRecord (a reply), and only Flower's public API is used.
 """
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from collections.abc import Iterable
@@ -28,7 +30,6 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
-from flwr.common.constant import FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE, SUPERLINK_NODE_ID
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
 
@@ -36,92 +37,35 @@ from ..algorithms.round import drive
 from ..io import write_text
 from .client import EVALUATE, MODEL, TRAIN, FederatedClient, Job, Reply, read_partition
 from .server import FederatedServer, FederationError, Pass, Replies, evaluation_due
-from .spec import RunSpec, specs_from_json
-from .waits import SERVER_OBJECT_RETRY, quick_object_retries
+from .spec import RunSpec, specs_from_json, specs_from_run_config, specs_to_json
 
 MESSAGE_TYPES = {TRAIN: "train", EVALUATE: "evaluate"}
 INFO = "query.info"
 #: seconds between looks at the registered nodes while waiting for all of them
 REGISTRATION_POLL = 0.2
 #: seconds between pulls while a pass waits for its replies (``PollingGrid``)
-POLL_SECONDS = 0.02
+POLL_SECONDS = 0.05
 
 
 # --------------------------------------------------------------------------- messages
-#: the key of a message's packed tensors in its one record (``message_content``)
-TENSORS = "pflkit.tensors"
-#: the largest packed tensors a message carries as bytes in its one record: Flower's array chunk (5 MB unless
-#: ``FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE`` says otherwise), the most an ArrayRecord would move in one object anyway
-ONE_RECORD_MAX = FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE
-
-
-def packed(arrays: dict[str, torch.Tensor]) -> np.ndarray:
-    """A job's or reply's tensors as one uint8 array: a JSON header (each tensor's name, dtype and shape; its
-    length in the first 8 bytes) and then the tensors' bytes end to end. Lossless: :func:`unpacked` gives the
-    same tensors, bit for bit."""
-    layout, chunks = [], []
-    for name, t in arrays.items():
-        t = t.detach().contiguous().cpu()
-        layout.append([name, str(t.dtype).removeprefix("torch."), list(t.shape)])
-        chunks.append(t.reshape(-1).view(torch.uint8).numpy())
-    header = json.dumps(layout).encode()
-    length = np.frombuffer(len(header).to_bytes(8, "little"), np.uint8)
-    return np.concatenate([length, np.frombuffer(header, np.uint8), *chunks])
-
-
-def unpacked(flat: np.ndarray) -> dict[str, torch.Tensor]:
-    """The tensors :func:`packed` packed (fresh, writable). Bytes that are not such a packing (a header that
-    does not parse, names a dtype torch does not have or a bad shape, or tensors whose sizes do not add up to
-    the bytes that follow it) raise a ValueError saying which."""
-    flat = np.asarray(flat)
-    if flat.dtype != np.uint8 or flat.ndim != 1 or flat.size < 8:
-        raise ValueError(f"packed tensors are one uint8 array of at least 8 bytes, got {flat.dtype} {flat.shape}")
-    size = int.from_bytes(flat[:8].tobytes(), "little")
-    if size > flat.size - 8:
-        raise ValueError(f"the header claims {size} bytes, the message has {flat.size - 8} after its length")
-    out, at = {}, 8 + size
-    try:
-        layout = json.loads(flat[8:at].tobytes())
-        for name, dtype, shape in layout:
-            dt = getattr(torch, str(dtype), None)
-            if not isinstance(name, str) or not isinstance(dt, torch.dtype) or not isinstance(shape, list) \
-                    or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-                raise ValueError(f"bad tensor entry {[name, dtype, shape]!r}")
-            n = math.prod(shape) * dt.itemsize
-            if at + n > flat.size:
-                raise ValueError(f"tensor {name!r} {dtype} {shape} needs {n} bytes, {flat.size - at} are left")
-            raw = torch.from_numpy(flat[at:at + n].copy())
-            out[name] = (raw.view(dt) if n else torch.empty(0, dtype=dt)).reshape(shape)
-            at += n
-    except (TypeError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"the header is not a list of [name, dtype, shape]: {exc}") from None
-    if at != flat.size:
-        raise ValueError(f"{flat.size - at} bytes follow the tensors the header lists (size mismatch)")
-    return out
-
-
 def message_content(arrays: dict[str, torch.Tensor], values: dict, name: str, record=ConfigRecord) -> RecordDict:
-    """A message's content: its tensors (:func:`packed`) and its plain ``values`` (a job's config, a reply's
-    metrics). Flower moves every record, array and array chunk of a message as an object of its own, one
-    request each at every hop (ServerApp, SuperLink, SuperNode, ClientApp), and on a small deployment those
-    requests are most of a round. So a message whose packed tensors fit in one of Flower's array chunks
-    (``ONE_RECORD_MAX``) is one ConfigRecord, the tensors as bytes beside the values (3 objects with the
-    message: RecordDict, record, message); a larger one puts them in an ArrayRecord of one array, which Flower
-    cuts into chunks, and ``values`` in a ``record`` named ``name`` (5 objects and one per extra chunk)."""
-    if TENSORS in values:
-        raise ValueError(f"a message's values may not use the key {TENSORS!r} (its packed tensors)")
-    flat = packed(arrays)
-    if flat.nbytes <= ONE_RECORD_MAX:
-        return RecordDict({"message": ConfigRecord({**values, TENSORS: flat.tobytes()})})
-    return RecordDict({"arrays": ArrayRecord({"packed": Array(flat)}), name: record(values)})
+    """A message's content as Flower documents it: its tensors in an ``ArrayRecord`` (``arrays``, one ``Array`` per
+    tensor, its dtype and shape kept) and its plain ``values`` (a job's config, a reply's metrics) in a record
+    named ``name``."""
+    tensors = ArrayRecord({k: Array.from_numpy_ndarray(t.detach().cpu().contiguous().numpy())
+                           for k, t in arrays.items()})
+    return RecordDict({"arrays": tensors, name: record(values)})
 
 
 def tensors_and_values(records: RecordDict, name: str) -> tuple[dict[str, torch.Tensor], dict]:
-    """The tensors and the values :func:`message_content` put in a message's content (``records``)."""
-    if "message" in records:
-        values = dict(records["message"])
-        return unpacked(np.frombuffer(values.pop(TENSORS), np.uint8)), values
-    return unpacked(records["arrays"]["packed"].numpy()), dict(records[name])
+    """The tensors (fresh, writable) and the values :func:`message_content` put in a message's content
+    (``records``). A record that is missing or an array that does not deserialize raises (ValueError, KeyError
+    or TypeError), and the transport turns it into a refused reply."""
+    arrays = records["arrays"]
+    if not isinstance(arrays, ArrayRecord):
+        raise TypeError(f"'arrays' is a {type(arrays).__name__}, not an ArrayRecord")
+    tensors = {k: torch.from_numpy(np.array(a.numpy(), copy=True)) for k, a in arrays.items()}
+    return tensors, dict(records[name])
 
 
 def job_content(job: Job) -> RecordDict:
@@ -156,6 +100,12 @@ def flower_bytes(content: RecordDict) -> int:
 
 
 # --------------------------------------------------------------------------- client
+def run_config_specs(run_config) -> str:
+    """The runs of a Flower run config (``spec.specs_from_run_config``: ``specs``, or the one run its keys
+    describe) as one JSON text, the key of the processes' caches."""
+    return specs_to_json(specs_from_run_config(run_config))
+
+
 @lru_cache(maxsize=2)
 def _federation(specs_json: str):
     return specs_from_json(specs_json)[0].federation()  # every spec of a run has the same data
@@ -178,7 +128,7 @@ def client_app(specs_json: str | None = None) -> ClientApp:
     app = ClientApp()
 
     def client(context: Context, index: int) -> FederatedClient:
-        text = specs_json or str(context.run_config["specs"])
+        text = specs_json or run_config_specs(context.run_config)
         if "partition-id" not in context.node_config:
             raise FederationError("this SuperNode has no partition-id in its node config "
                                   "(flower-supernode --node-config 'partition-id=J num-partitions=N')")
@@ -254,25 +204,21 @@ class Exchange:
 
 
 class PollingGrid(Grid):
-    """A Grid that forwards to Flower's and polls for replies every ``POLL_SECONDS`` in
-    ``send_and_receive`` (the deployment engine's grid polls every 3 s, which would make every pass of
-    a small run last 3 s). Same semantics: push, pull until every reply is in or the timeout passes. A reply
-    pulled before its node has pushed all its objects is asked for again after ``SERVER_OBJECT_RETRY``, not
-    Flower's 1 s, and no later than the timeout (:class:`pflkit.flower.waits.ObjectPull`): a reply whose objects
-    never come (its node died between pushing the two) becomes Flower's stand-in error reply, sent from the
-    SuperLink's node. Replies from the SuperLink's node (that stand-in, and the SuperLink's own for a node or
-    message it no longer has) answer for no client: ``send_and_receive`` stops waiting for them and returns
-    them to no one, so every caller sees no reply from that client.
+    """Flower's Grid, polled for replies every ``POLL_SECONDS`` in ``send_and_receive`` where the deployment
+    engine's own grid waits 3 s between pulls (every pass of a small run would last 3 s). Only Flower's public
+    Grid API is used (``push_messages``, ``pull_messages``; every other call forwarded), with the same
+    semantics: push, pull until every reply is in or the timeout passes. A reply that comes from no node of the
+    federation (Flower's stand-in error reply for a message whose objects could not be pulled is sent from the
+    SuperLink's own node) ends the wait for its message and is handed to the caller, which counts it for no
+    client (``Exchange.replies``): that client did not answer.
 
-    A pull that ends past the timeout (it waited there for the objects of a reply whose node died between
-    pushing the reply and its objects) is followed by one more pull, its objects asked for once: the replies
-    that the other nodes sent meanwhile are collected, not lost with the dead node's."""
+    The last pull begins at or after the timeout: a pull that Flower holds past it (it waits inside
+    ``pull_messages`` for the objects of a reply whose node died between pushing the reply and its objects: a
+    known Flower limitation, docs/flower.md) is followed by one more, so the replies the other nodes sent
+    meanwhile are collected, not lost with the dead node's."""
 
-    def __init__(self, grid: Grid):
-        from flwr.superlink.grid import http_grid  # here, not at the top: 0.7 s that a ClientApp does not need
-
-        self.grid = grid
-        self.object_pull = quick_object_retries(http_grid, "pull_objects", SERVER_OBJECT_RETRY)  # deployment grid
+    def __init__(self, grid: Grid, poll: float = POLL_SECONDS):
+        self.grid, self.poll = grid, float(poll)
 
     def set_run(self, run) -> None:
         self.grid.set_run(run)
@@ -297,19 +243,15 @@ class PollingGrid(Grid):
         waiting = set(self.push_messages(messages))
         end = time.monotonic() + (timeout if timeout is not None else 0.0)
         got: list[Message] = []
-        self.object_pull.deadline = end if timeout is not None else None
-        try:
-            while waiting:
-                started = time.monotonic()
-                replies = list(self.pull_messages(waiting))
-                got.extend(m for m in replies if m.metadata.src_node_id != SUPERLINK_NODE_ID)
-                waiting.difference_update(m.metadata.reply_to_message_id for m in replies)
-                if timeout is not None and started >= end:  # the last pull began at or after the timeout
-                    break
-                if waiting and (timeout is None or time.monotonic() < end):
-                    time.sleep(POLL_SECONDS)
-        finally:
-            self.object_pull.deadline = None
+        while waiting:
+            started = time.monotonic()
+            replies = list(self.pull_messages(waiting))
+            got.extend(replies)
+            waiting.difference_update(m.metadata.reply_to_message_id for m in replies)
+            if timeout is not None and started >= end:  # the last pull began at or after the timeout
+                break
+            if waiting:
+                time.sleep(max(0.0, min(self.poll, end - time.monotonic())) if timeout is not None else self.poll)
         return got
 
 
@@ -452,6 +394,10 @@ def serve(grid: Grid, specs: list[RunSpec], results: str | None = None) -> dict:
                             "rejected": {str(c): r for c, r in server.rejected.items()},
                             "num_parameters": sum(v.numel() for v in server.global_model().values())})
         states.append(final_state(server))
+        history = server.history()
+        final = history[history["round"] == history["round"].max()].groupby("metric")["value"].mean()
+        print(f"pflkit: {spec.name} finished {spec.rounds} rounds: personalized accuracy "
+              f"{final.get('accuracy', float('nan')):.4f}, loss {final.get('loss', float('nan')):.4f}", flush=True)
     out["total_seconds"] = time.perf_counter() - t0
     if results:
         torch.save(states, Path(results).with_suffix(".pt"))
@@ -479,7 +425,7 @@ def server_app(specs_json: str | None = None, results: dict | None = None) -> Se
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        specs = specs_from_json(specs_json or str(context.run_config["specs"]))
+        specs = specs_from_json(specs_json or run_config_specs(context.run_config))
         try:
             out = serve(grid, specs, str(context.run_config.get("results", "")) or None)
         except Exception as exc:  # the simulation engine logs it and returns: ``simulate`` raises it again

@@ -6,25 +6,23 @@ on 127.0.0.1 (free ports), the run submitted with ``flwr run`` as a Flower App B
 ``WATCH_SECONDS``: Flower starts some in sessions of their own, and one whose parent dies is reparented to
 init, out of reach of a process tree), and ``stop()`` ends every group and every recorded descendant (SIGTERM,
 then SIGKILL after a grace period) and checks that none of their processes is left. When one of its processes
-dies (the SuperLink, a SuperNode, the SuperExec), the deployment says so in one line on stderr (which, when,
+dies (the SuperLink, a SuperNode), the deployment says so in one line on stderr (which, when,
 how: ``deaths``) and ends at once every process that one had started; a run whose SuperLink died stops with
 that line as its error; it runs on leaving the ``with`` block, on an error, on
 SIGTERM/SIGINT of the launcher, and at interpreter exit. Where none of those can run (the launcher killed
 with SIGKILL, or a stage runner killed while its kernel holds the deployment), a watchdog process started
-first (``reaper``) sees its owner gone and ends every process the deployment started. The SuperLink runs
-the ServerApp in a child process (``flwr-serverapp``). The SuperNodes run in Flower's ``process`` isolation
-mode, each as :mod:`pflkit.flower.supernode` (Flower's ``flower-supernode``, its fixed waits replaced by polls
-that back off while idle), served by one SuperExec of pflkit's (``pflkit.flower.superexec``, Flower's loop
-once per node, in threads of one process) that forks every ClientApp (``flwr-clientapp``) from one fork server
-that imported torch once; on Linux each SuperNode tells it when it holds a message (:mod:`pflkit.flower.wake`).
-``clientapps="per-message"`` keeps Flower's defaults instead (Flower's own SuperNode,
-whose SuperExec starts a fresh ``flwr-clientapp`` process, imports and all, for every message).
+first (``reaper``) sees its owner gone and ends every process the deployment started. Every process is
+stock Flower: ``flower-superlink`` (its SuperExec runs the ServerApp in a child process, ``flwr-serverapp``) and
+one ``flower-supernode`` per client (its SuperExec starts a ``flwr-clientapp`` process for every message), started
+with Flower's own options (TLS, ``--enable-supernode-auth``, ``flwr supernode register``); nothing of Flower is
+patched, replaced or subclassed.
 
-The App Bundle is written per run into ``<workdir>/pflkit-app``: a pyproject.toml whose components are
-``pflkit.flower.apps:flower_server_app`` / ``flower_client_app`` (imported from this environment,
-where pflkit is installed: nothing is installed at run time) and whose run config carries the
-``RunSpec`` JSON and the results file the ServerApp writes. Flower's home (``FLWR_HOME``: its config
-with the connection to this SuperLink, installed apps) is ``<workdir>/flwr-home``, never ``~/.flwr``.
+The App Bundle is written per run into ``<workdir>/pflkit-app``: pflkit's Flower App (the components and
+the run config of pyproject.toml's ``[tool.flwr.app]``: ``pflkit.flower.apps:flower_server_app`` /
+``flower_client_app``, imported from this environment, where pflkit is installed: nothing is installed at run
+time) whose run config carries the ``RunSpec`` JSON (``specs``) and the results file the ServerApp writes.
+Flower's home (``FLWR_HOME``: its config with the connection to this SuperLink, installed apps) is
+``<workdir>/flwr-home``, never ``~/.flwr``.
 ``deploy`` gives every SuperNode its own data (``Deployment.hold_data``): client j's rows in
 ``<workdir>/node-data/partition-<j>.pt``, named by ``data-path`` in the node's config.
 """
@@ -62,9 +60,6 @@ GRACE_SECONDS = 10.0
 STARTUP_SECONDS_PER_NODE = 1.0
 #: seconds between the looks at the deployment's processes (their descendants recorded, a death noticed)
 WATCH_SECONDS = 0.25
-#: how ClientApps start: forked from a warm fork server that serves every SuperNode, or Flower's default (a
-#: fresh process per message)
-CLIENTAPPS = ("forked", "per-message")
 
 
 def free_ports(n: int) -> list[int]:
@@ -122,12 +117,8 @@ class Deployment:
     for local experiments only."""
 
     def __init__(self, num_nodes: int, workdir: str | Path | None = None, startup_timeout: float | None = None,
-                 threads: int = 1, insecure: bool = False, credentials: Credentials | None = None,
-                 clientapps: str = "forked"):
+                 threads: int = 1, insecure: bool = False, credentials: Credentials | None = None):
         require_flower()
-        if clientapps not in CLIENTAPPS:
-            raise ValueError(f"clientapps must be one of {', '.join(CLIENTAPPS)}, got {clientapps!r}")
-        self.clientapps = clientapps
         if insecure and credentials is not None:
             raise ValueError("insecure=True runs without TLS and authentication: it takes no credentials")
         self.num_nodes = check_int("num_nodes", num_nodes, 1)
@@ -209,28 +200,17 @@ class Deployment:
             if not self.insecure:
                 for j in range(self.num_nodes):
                     self.register(cred.node_public_key(j))
-            # forked: each SuperNode tells the SuperExec when it holds a message (pflkit.flower.wake; Linux)
-            wake = ["--wake", f"@pflkit-wake-{os.getpid()}-{self.port}"] if sys.platform.startswith("linux") else []
             for j in range(self.num_nodes):
                 node_security = ["--insecure"] if self.insecure else [
                     "--root-certificates", str(cred.ca_cert), "--auth-supernode-private-key", str(cred.node_keys[j])]
-                # forked: pflkit's SuperNode (Flower's, its fixed waits replaced by a backoff) in process isolation
-                node = ([sys.executable, "-m", "pflkit.flower.supernode", "--isolation", "process", *wake]
-                        if self.clientapps == "forked" else [_tool("flower-supernode")])
                 self._spawn(f"supernode-{j}", [
-                    *node, *node_security, "--superlink", f"127.0.0.1:{self.port}",
+                    _tool("flower-supernode"), *node_security, "--superlink", f"127.0.0.1:{self.port}",
                     "--host", "127.0.0.1", "--port", str(ports[j + 1]),
                     "--node-config", f"partition-id={j} num-partitions={self.num_nodes}" + (
                         "" if self.node_data is None else f" data-path={json.dumps(str(self.node_data[j]))}")])
             nodes = [p for n, p in self.procs.items() if n.startswith("supernode")]
             self._wait(lambda: all(_listening(ports[j + 1]) for j in range(self.num_nodes)),
                        "every SuperNode to start", nodes + [link])
-            if self.clientapps == "forked":  # one SuperExec for every node; the runtime API is local plain
-                # HTTP, as for Flower's own SuperExec
-                serve = [a for j in range(self.num_nodes) for a in (
-                    "--runtime-api-address", f"127.0.0.1:{ports[j + 1]}",
-                    "--parent-pid", str(self.procs[f"supernode-{j}"].pid))]
-                self._spawn("superexec", [sys.executable, "-m", "pflkit.flower.superexec", "--insecure", *serve, *wake])
         except BaseException:
             self.stop()
             raise
@@ -482,17 +462,16 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 
 
 def deploy(specs: list[RunSpec], workdir: str | Path | None = None, threads: int = 1, keep: bool = False,
-           insecure: bool = False, on_round=None, clientapps: str = "forked") -> dict:
+           insecure: bool = False, on_round=None) -> dict:
     """Start a deployment with one SuperNode per client of the specs' federation, run them, stop
     everything; returns the results with ``startup_seconds`` (processes up) and ``leftover_pids`` (none
     expected). Prints the working folder (logs, Flower's home, the app) first. A folder this call made
     (``workdir`` None) is removed after a run that succeeded unless ``keep``; after a failure it stays,
     and the error is preceded by a line naming it. TLS and SuperNode authentication are on unless ``insecure``
-    (``Deployment``); ``on_round(done, total)``: called as rounds finish (``Run.wait``); ``clientapps``: how
-    ClientApps start (``CLIENTAPPS``)."""
+    (``Deployment``); ``on_round(done, total)``: called as rounds finish (``Run.wait``)."""
     specs = [specs] if isinstance(specs, RunSpec) else list(specs)
     whole = specs[0].federation()
-    dep = Deployment(whole.num_clients, workdir, threads=threads, insecure=insecure, clientapps=clientapps)
+    dep = Deployment(whole.num_clients, workdir, threads=threads, insecure=insecure)
     dep.hold_data(whole, specs[0].federation_key())
     remove = workdir is None and not keep
     print(f"Flower deployment: working folder {dep.workdir} (logs, Flower's home, the app; "

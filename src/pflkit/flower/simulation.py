@@ -2,7 +2,8 @@
 virtual SuperNode whose ClientApp runs in a pool of Ray actors (``num_cpus`` of them, one CPU each).
 Ray is started here (``start_ray``: a small object store, no dashboard) before Flower's backend would, so
 that a start-up Ray gives up on is retried and, failing that, reported as a :class:`RayStartError` that
-names the fix; Flower's backend shuts Ray down at the end, also when the run fails."""
+names the fix; Flower's backend shuts Ray down at the end, also when the run fails. Ray's node serves on the
+loopback only (``LOOPBACK``)."""
 from __future__ import annotations
 
 import logging
@@ -17,6 +18,8 @@ from .spec import RunSpec, specs_to_json
 #: how often ``start_ray`` tries: Ray gives its node a fixed 30 s to register (``ray/_private/node.py``),
 #: which a loaded 2-core machine can miss once and then make
 RAY_START_ATTEMPTS = 3
+#: the address Ray's node serves on: this machine's loopback, so that the simulation is reachable from no other
+LOOPBACK = "127.0.0.1"
 
 
 class RayStartError(RuntimeError):
@@ -75,7 +78,8 @@ def simulate(specs: list[RunSpec], *, num_cpus: int = 2, object_store_mb: int = 
     text = specs_to_json(specs)
     num_nodes = specs[0].federation().num_clients
     backend = {"init_args": {"num_cpus": num_cpus, "num_gpus": 0, "object_store_memory": object_store_mb * 2**20,
-                             "include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": not quiet},
+                             "include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": not quiet,
+                             "_node_ip_address": LOOPBACK},
                "client_resources": {"num_cpus": 1, "num_gpus": 0.0}}
     start = time.perf_counter()
     start_ray(backend["init_args"])

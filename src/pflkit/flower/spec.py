@@ -212,3 +212,61 @@ def specs_to_json(specs: list[RunSpec]) -> str:
 
 def specs_from_json(text: str) -> list[RunSpec]:
     return [RunSpec(**d) for d in json.loads(text)]
+
+
+#: the run config of pflkit's Flower App (pyproject.toml ``[tool.flwr.app.config]``, ``flwr run --run-config``):
+#: each key and what it holds. ``specs`` (RunSpec JSON, several runs on one federation) replaces the others when
+#: set.
+RUN_CONFIG = {
+    "method": "a key of pflkit.flower.spec.METHODS (FedAvg, PERM, PFedMe, ...) or an import path "
+              "'package.module:Class'",
+    "settings": "the method class's keywords as a JSON object, e.g. '{\"local_steps\": 20, \"lr\": 0.1, ...}'",
+    "model": f"one of {MODELS}",
+    "model-kwargs": "the model builder's keywords as a JSON object",
+    "data": "a key of pflkit.flower.spec.DATASETS",
+    "data-kwargs": "the data builder's keywords as a JSON object (its seed and number of clients included)",
+    "seed": "the run's seed, an integer >= 0",
+    "num-server-rounds": "communication rounds, an integer >= 1",
+    "eval-every": "evaluate every this many rounds, an integer >= 1",
+    "batch-order": f"one of {BATCH_ORDERS}",
+    "timeout": "seconds a pass waits for its replies, > 0",
+    "min-clients": "0 (every client must answer) or the fewest that may (methods that tolerate a missing client)",
+    "results": "a JSON file the ServerApp writes its results to ('' for none)",
+    "specs": "'' or several runs as RunSpec JSON (pflkit.flower.spec.specs_to_json): replaces the keys above",
+}
+
+
+def specs_from_run_config(config) -> list[RunSpec]:
+    """The runs a Flower run config asks for (``RUN_CONFIG``): its ``specs`` when set, else the one run its keys
+    describe. A missing key, a value of the wrong type or a JSON text that does not parse raises a ValueError
+    naming the key and what it holds."""
+    text = str(config.get("specs", "") or "")
+    if text:
+        return specs_from_json(text)
+    missing = [k for k in RUN_CONFIG if k not in ("specs", "results") and k not in config]
+    if missing:
+        raise ValueError(f"the run config lacks {missing}: pflkit's App needs " + "; ".join(
+            f"{k}: {RUN_CONFIG[k]}" for k in missing))
+
+    def mapping(key: str) -> dict:
+        try:
+            value = json.loads(str(config[key]))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"run config {key} must be {RUN_CONFIG[key]}, got {config[key]!r} ({exc})") from None
+        if not isinstance(value, dict):
+            raise ValueError(f"run config {key} must be {RUN_CONFIG[key]}, got {config[key]!r}")
+        return value
+
+    def number(key: str, kind: type):
+        value = config[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value != int(value)):
+            raise ValueError(f"run config {key} must be {RUN_CONFIG[key]}, got {value!r}")
+        return kind(value)
+
+    min_clients = number("min-clients", int)
+    return [RunSpec(method=str(config["method"]), settings=mapping("settings"),
+                    model={"name": str(config["model"]), "kwargs": mapping("model-kwargs")},
+                    data={"name": str(config["data"]), "kwargs": mapping("data-kwargs")},
+                    seed=number("seed", int), rounds=number("num-server-rounds", int),
+                    eval_every=number("eval-every", int), batch_order=str(config["batch-order"]),
+                    timeout=number("timeout", float), min_clients=min_clients or None)]
