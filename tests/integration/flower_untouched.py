@@ -18,8 +18,9 @@ ONCE_PATCHED = ["flwr.superlink.grid.http_grid", "flwr.supernode.start_client_in
 
 
 def attributes() -> dict[str, dict[str, int]]:
-    """{module: {attribute: id of its value}} of every flwr module imported now, the attributes of the classes it
-    defines included (``Class.attribute``)."""
+    """{module: {attribute: id of its value}} of every flwr module imported now, and the functions, methods and
+    properties of the classes it defines (``Class.attribute``; not their data: Flower keeps state there, e.g. the
+    simulation's ``TaskIdentity``)."""
     out = {}
     for name, module in sorted(sys.modules.items()):
         if not (name == "flwr" or name.startswith("flwr.")) or module is None:
@@ -27,7 +28,8 @@ def attributes() -> dict[str, dict[str, int]]:
         attrs = {k: id(v) for k, v in vars(module).items()}
         for k, v in vars(module).items():
             if isinstance(v, type) and v.__module__ == name:
-                attrs.update({f"{k}.{a}": id(x) for a, x in vars(v).items()})
+                attrs.update({f"{k}.{a}": id(x) for a, x in vars(v).items() if callable(x) or isinstance(
+                    x, (staticmethod, classmethod, property))})
         out[name] = attrs
     return out
 
