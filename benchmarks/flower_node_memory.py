@@ -3,7 +3,8 @@
     python benchmarks/flower_node_memory.py [--nodes 3] [--out benchmarks/results]
 
 Starts a ``pflkit.flower.deployment.Deployment`` of ``--nodes`` SuperNodes (insecure: TLS changes no process)
-(stock Flower: each SuperNode's own SuperExec starts a ClientApp process per message), waits until every process is up, and sums
+(stock Flower: each SuperNode's own SuperExec starts a ClientApp process per message), waits until every
+process is up, and sums
 the proportional set size (PSS: a shared page counted once over the processes that share it, unlike the RSS
 sums of benchmarks/flower.py) of every process per role. The ClientApps themselves come and go per message
 and are not counted. Writes ``flower_node_memory.{json,md}``: per role, per node for the roles every node has

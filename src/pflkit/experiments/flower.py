@@ -267,6 +267,8 @@ def command(engine: str, profile: str = "default", params: str = "params.yaml", 
     values = stage_values(load_params(params), "flower_equivalence", profile)
     overrides = {"num_clients": clients, "rounds": rounds, "methods": methods}
     values.update({k: v for k, v in overrides.items() if v is not None})
+    if rounds is not None:  # fewer rounds than the deployment's: the deployment runs them all
+        values["deployment_rounds"] = min(values["deployment_rounds"], rounds)
     values["engines"] = [{"simulate": "simulation", "deploy": "deployment"}[engine]]
     cfg = FlowerEquivalenceConfig.build(values)
     if not flower_installed():
