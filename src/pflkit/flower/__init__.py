@@ -23,10 +23,13 @@ in-process algorithm classes stay the single source of every method's math:
 * **Transports.** A round is a Python generator of passes (``{client: Job}`` out, ``{client: Reply}``
   in), so the same server code runs over ``loopback`` (in one process, no Flower: tests),
   Flower's simulation engine (``simulation``, Ray) and its deployment engine (``deployment``: a
-  SuperLink and N SuperNodes as local processes). ``apps`` holds the Flower ClientApp, ServerApp and
+  SuperLink and N stock SuperNodes as local processes). ``apps`` holds the Flower ClientApp, ServerApp and
   the Strategy whose ``configure_train`` addresses each node with its own message.
 
-Only ``apps``, ``simulation`` and ``deployment`` import flwr. Runs stay offline: Flower's and Ray's
+Only ``apps`` and ``simulation`` import flwr, its public API only (``flwr.app``, ``flwr.clientapp``,
+``flwr.serverapp``, ``flwr.simulation``; pyproject.toml's import contracts forbid Flower's SuperCore, SuperNode,
+SuperLink and constants); ``deployment`` runs Flower's own commands, and ``apps``' ServerApp and ClientApp are
+the Flower App of pyproject.toml's ``[tool.flwr.app]``. Runs stay offline: Flower's and Ray's
 telemetry, update checks and runtime dependency installation are off (``OFFLINE_ENV``) where an engine
 starts: ``simulation.simulate`` sets them in its process (Flower reads them when flwr is first imported,
 Ray at ``ray.init``, and Ray's workers inherit them), and ``deployment.Deployment`` passes them to every
