@@ -30,7 +30,8 @@ def _project(tmp_path: Path) -> Path:
         shutil.copy(ROOT / rel, proj / rel)
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     # a long deployment-only run at smoke size: still running when the runner is killed
-    params["profiles"]["smoke"]["flower_equivalence"].update(engines=["deployment"], rounds=400, eval_every=400)
+    params["profiles"]["smoke"]["flower_equivalence"].update(engines=["deployment"], rounds=400, eval_every=400,
+                                                              deployment_rounds=400)
     (proj / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     return proj
 
