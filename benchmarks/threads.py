@@ -26,8 +26,8 @@ ROOT = HERE.parent
 #: stage -> (experiment module, function, tiny overrides for --quick)
 STAGES = {
     "perm_fig1": ("pflkit.experiments.perm", "fig1",
-                  {"num_clients": 4, "samples_per_client": 40, "rounds": 2, "local_steps": 2, "seeds": [0],
-                   "eval_every": 1}),
+                  {"num_clients": 4, "samples_per_client": 40, "rounds": 6, "local_steps": 2, "seeds": [0],
+                   "eval_every": 1, "perm_torchfed": {"warmup_rounds": 1}}),
 }
 
 
