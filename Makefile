@@ -103,10 +103,12 @@ test-fast: setup lint
 
 # ruff check (pyflakes, pycodestyle, bugbear; settings in pyproject.toml [tool.ruff]) and the import contracts
 # (lint-imports: layers, no import cycles, the package never imports the tests or their reference twins;
-# pyproject.toml [tool.importlinter])
+# pyproject.toml [tool.importlinter]; with the Flower extra, stock Flower only: importlinter-flower.toml)
 lint: setup
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports
+	@if $(PY) -c "import flwr" 2>/dev/null; then $(VENV)/bin/lint-imports --config importlinter-flower.toml; \
+	  else echo "lint-imports: the stock-Flower contract (importlinter-flower.toml) needs the Flower extra: skipped"; fi
 
 # the notebook regression alone (nbval + smoke results); .ci/run repeats it with 2 threads
 test-notebooks: setup data
