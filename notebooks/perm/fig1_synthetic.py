@@ -45,7 +45,8 @@ report.print_table(result.table)
 # %%
 print(experiment.describe_claim(result.metrics.get("claim_perm_best")))
 
-# %% [markdown] The line above judges this run; at the smoke profile it is not the paper's setting. The verdict at
+# %% [markdown]
+# The line above judges this run; at the smoke profile it is not the paper's setting. The verdict at
 # params.yaml scale: this run's when `dvc repro` runs it, else read from the results it wrote; there, beside Alg. 1
 # (`PERM`), runs the rule of a PERM co-author's code (`PERM (TorchFed shuffle)`: alpha from the clients' gradient
 # correlation after a FedAvg warm-up, each visit moving a model towards its plain local result by that weight;

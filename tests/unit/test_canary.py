@@ -88,7 +88,8 @@ def test_canary_fails_naming_stage_method_round_and_setting_and_passes_with_the_
     One test, the two runs in turn: both write build/canary/smoke/ (its params.yaml, the stage's outputs), so two
     pytest-xdist workers running them at once would race (a failing run read the passing run's params)."""
     lr = {**params["profiles"]["smoke"]["perm_fig1"]["lr"], "localized_fedavg": 1.0e4}
-    code = canary.run_canary("smoke", ["perm_fig1"], _params_with(tmp_path / "bad", params, lr), rounds=2)
+    # 5 rounds: the smoke setting's own, PERM's alpha update due at round 5 (the cross-key rules refuse fewer)
+    code = canary.run_canary("smoke", ["perm_fig1"], _params_with(tmp_path / "bad", params, lr), rounds=5)
     err = capsys.readouterr().err
     assert code == 1
     line = next(x for x in err.splitlines() if x.startswith("  perm_fig1: FAILED"))
@@ -98,18 +99,18 @@ def test_canary_fails_naming_stage_method_round_and_setting_and_passes_with_the_
 
     code = canary.run_canary("smoke", ["perm_fig1"], _params_with(tmp_path / "good", params,
                                                                    params["profiles"]["smoke"]["perm_fig1"]["lr"]),
-                             rounds=2)
+                             rounds=5)
     out = capsys.readouterr()
     assert code == 0, out.err
     row = next(x for x in out.out.splitlines() if x.startswith("| perm_fig1 "))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[1] == "ok" and cells[2] == "2/5"
+    assert cells[1] == "ok" and cells[2] == "5/5"
     assert float(cells[5]) > 0  # seconds per round, measured
     threads = resolve_threads()  # the estimate names the threads it was measured at (OMP_NUM_THREADS, else 1)
     assert f"whole profile smoke on this machine at {threads} torch thread" in out.out
     md = (ROOT / "build/canary/smoke/canary.md").read_text()  # the same table, with the machine and the command
     assert md.startswith("Machine: ") and "`python -m pflkit reproduce --profile smoke --canary --stages perm_fig1 " \
-        "--canary-rounds 2 --params " in md
+        "--canary-rounds 5 --params " in md
     assert row in md and f"at {threads} torch thread" in md
     assert "FAILED" not in (ROOT / "build/canary/smoke/canary.csv").read_text()
 
@@ -222,7 +223,8 @@ def test_stage_estimate_against_the_canary_peaks(params, substitutes_load, stage
 def test_perm_fig2_estimate_counts_data_cnn_and_states(params, substitutes_load):
     """perm_fig2 (paper canary cut: N = 10, K = 20, CNN 32/64/512, all 70,000 substitute images): measured 1080 MiB
     above the baseline; the old estimate (a dense network of the dataset's features, no data) said 264 MiB."""
-    cut, _ = canary.canary_params(params, "paper", ["perm_fig2"], rounds=1, grid_rounds=1, max_clients=10)
+    # rounds None: the cut runs past PERM's warm-up and first alpha update (the cross-key rules ask it)
+    cut, _ = canary.canary_params(params, "paper", ["perm_fig2"], rounds=None, grid_rounds=1, max_clients=10)
     cfg = validate_stage(cut, "perm_fig2", canary.canary_profile("paper"))
     estimate, key = cfg.memory_estimate()
     assert 0.9 <= estimate / 2**20 / 1080 <= 1.4, estimate / 2**20
