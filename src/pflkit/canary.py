@@ -134,6 +134,30 @@ def _least(stage: str, key: str) -> int:
     return max([1, *[b for b in bounds if isinstance(b, int)]])
 
 
+def _fit_to_rounds(v: dict, rounds: int, change) -> None:
+    """The settings counted in rounds, cut with the rounds so that the cut passes the cross-key rules
+    (``config.CROSS_KEY_RULES``): each PERM section's warm-up leaves a round, its alpha update falls within the
+    rounds after the warm-up, the evaluation cadence within the rounds, Flower's deployment ends on an evaluated
+    round. Each change is recorded like the others."""
+    for key in PERM_SECTIONS:
+        section = v.get(key)
+        if not isinstance(section, Mapping) or not isinstance(section.get("warmup_rounds"), int):
+            continue
+        v[key] = section = dict(section)
+        low = 1 if key == "perm_torchfed" else 0
+        change(section, "warmup_rounds", max(low, min(section["warmup_rounds"], rounds - 1)), f"{key}.warmup_rounds")
+        left = rounds - section["warmup_rounds"]
+        every = section.get("update_every")
+        every = v.get("num_clients") if every == "epoch" else every
+        if isinstance(every, int) and every > left:
+            change(section, "update_every", left, f"{key}.update_every")
+    if isinstance(v.get("eval_every"), int) and v["eval_every"] > rounds:
+        change(v, "eval_every", rounds)
+    deploy = v.get("deployment_rounds")
+    if isinstance(deploy, int) and (deploy > rounds or deploy % v.get("eval_every", 1)):
+        change(v, "deployment_rounds", rounds)
+
+
 def _extremes(values: list) -> list:
     return sorted({min(values), max(values)})
 
@@ -165,12 +189,16 @@ def cut_values(stage: str, values: Mapping[str, Any], rounds: int | None = None,
     if "alpha_file" in v:  # the stage saves PERM's alpha (perm_fig4, for perm_fig5): it needs a round past the warm-up
         target = max(target, max((v[k].get("warmup_rounds", 0) or 0 for k in PERM_SECTIONS
                                   if isinstance(v.get(k), Mapping)), default=0) + 1)
+    if "perm_torchfed" in (v.get("methods") or []):  # its warm-up is at least one round: one more to leave it
+        target = max(target, 2)
     for key in ("rounds", "fedavg_rounds"):
         if isinstance(v.get(key), int):
             new = min(v[key], max(target, _least(stage, key)))
             cut.rounds_full += v[key]
             cut.rounds_run += new
             change(v, key, new)
+    if isinstance(v.get("rounds"), int):
+        _fit_to_rounds(v, v["rounds"], change)
     if max_clients is not None and isinstance(v.get("num_clients"), int) and "pool_size" in v \
             and "tasks" not in v and v["num_clients"] > max_clients:
         cut.clients_full, cut.clients_run = v["num_clients"], max_clients

@@ -274,3 +274,15 @@ def test_a_stage_s_progress_lines_reach_the_terminal_and_everything_reaches_the_
     assert rc == 3 and peak > 0
     assert capsys.readouterr().err == "    [perm_fig1 0.1s] round 1/3\n    [perm_fig1 0.2s] round 2/3\n"
     assert log.read_text() == "[perm_fig1 0.1s] round 1/3\npapermill noise\n[perm_fig1 0.2s] round 2/3\n"
+
+
+@pytest.mark.parametrize("profile", ["paper", "smoke"])
+def test_the_short_cut_of_every_stage_passes_the_cross_key_rules(params, profile):
+    """CI's `make canary PROFILE=paper CANARY=--short` cuts every stage to one round: the warm-ups, alpha updates,
+    evaluation cadence and Flower's deployment rounds are cut with it (``_fit_to_rounds``), so no stage is refused."""
+    from pflkit import stages
+    names = [s.name for s in stages.STAGES if not s.is_plot]
+    cut, _ = canary.canary_params(params, profile, names, rounds=canary.SHORT_ROUNDS, grid_rounds=canary.SHORT_ROUNDS,
+                                  max_clients=canary.SHORT_MAX_CLIENTS)
+    for name in names:
+        validate_stage(cut, name, canary.canary_profile(profile), machine=False)
