@@ -32,22 +32,14 @@ def covered(key: str, listed: list[str]) -> bool:
     return any(key == p or key.startswith(p + ".") for p in listed)
 
 
-def has(params: dict, key: str) -> bool:
-    node = params
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
-    return True
-
-
 @pytest.mark.parametrize("profile,stage", [(p, s.name) for p in PIPELINES for s in stages.STAGES])
 def test_every_key_a_stage_reads_is_a_param_of_it_in_its_pipeline(profile, stage):
     entry = stages.get(stage)
     listed = PIPELINES[profile][stage]["params"]
     untracked = [k for k in read_keys(entry, profile) if not covered(k, listed)]
     assert not untracked, f"{stages.pipeline_file(profile)}: {stage} reads {untracked[:5]} but lists {listed}"
-    assert all(has(PARAMS, p) for p in listed), (stage, listed)  # DVC refuses a listed key params.yaml lacks
+    # DVC refuses a listed key params.yaml lacks
+    assert all(dvc_stages._has(PARAMS, p) for p in listed), (stage, listed)
 
 
 @pytest.mark.parametrize("key,stage", [
@@ -104,4 +96,4 @@ def test_the_generator_lists_each_source_or_its_longest_prefix_params_yaml_has(o
               "profiles": {"paper": overlay}}
     assert dvc_stages.tracked_params("perm_fig1", "paper", params) == expected
     assert dvc_stages.tracked_params("perm_fig1", "default", params) == ["defaults", "perm_fig1"]
-    assert all(has(params, k) for k in expected if overlay is not None)
+    assert all(dvc_stages._has(params, k) for k in expected if overlay is not None)
