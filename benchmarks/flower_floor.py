@@ -58,6 +58,8 @@ client_app = ClientApp()
 
 @client_app.train()
 def train(message: Message, context: Context) -> Message:
+    if message.content["config"]["import"]:  # the floor of a ClientApp of an ML library: its import, no work
+        import torch  # noqa: F401
     rng = np.random.default_rng()  # no work: a reply of the same size, its own values (no object shared)
     arrays = {k: Array.from_numpy_ndarray(rng.random(a.numpy().size, np.float32))
               for k, a in message.content["arrays"].items()}
@@ -102,13 +104,15 @@ def main(grid: Grid, context: Context) -> None:
         nodes = sorted(grid.get_node_ids())
         time.sleep(0.2)
     out = {}
-    for name, size, flower in (("empty", 0, False), ("model", int(cfg["floats"]), False),
-                               ("flower", int(cfg["floats"]), True)):
+    floats = int(cfg["floats"])
+    for name, size, flower, imports in (("empty", 0, False, 0), ("model", floats, False, 0),
+                                        ("flower", floats, True, 0), ("torch", floats, False, 1)):
         times, busy = [], []  # the first round apart: it may meet nodes still starting
         for _ in range(int(cfg["rounds"]) + 1):
             arrays = ArrayRecord({"x": Array.from_numpy_ndarray(np.zeros(size, np.float32))} if size else {})
-            messages = [Message(RecordDict({"arrays": arrays, "config": ConfigRecord({"round": 0})}), dst_node_id=n,
-                                message_type="train") for n in nodes]
+            config = ConfigRecord({"round": 0, "import": imports})
+            messages = [Message(RecordDict({"arrays": arrays, "config": config}), dst_node_id=n, message_type="train")
+                        for n in nodes]
             t, c = time.perf_counter(), cpu_jiffies()
             replies = list(grid.send_and_receive(messages, timeout=300) if flower
                            else polled(grid, messages, 300, float(cfg["poll"])))
@@ -124,7 +128,8 @@ def main(grid: Grid, context: Context) -> None:
 #: the floor's rows: key, what it sends, how the ServerApp waits for the replies
 FLOOR_ROWS = (("empty", "empty", f"pulled every {POLL:g} s"), ("model", "{floats:,} float32 each way",
               f"pulled every {POLL:g} s"), ("flower", "{floats:,} float32 each way",
-              "Flower's send_and_receive (3 s between pulls)"))
+              "Flower's send_and_receive (3 s between pulls)"),
+              ("torch", "{floats:,} float32 each way, the ClientApp imports torch", f"pulled every {POLL:g} s"))
 
 
 def bundle(folder: Path, nodes: int, rounds: int, floats: int, results: Path) -> Path:
@@ -220,21 +225,23 @@ def table(out: dict) -> str:
             f"public API only). The simulation round: benchmarks/flower.md's FedAvg row, {sim:.3f} s "
             f"({out['nodes']} clients).\n\n" + "\n".join(rows) + "\n")
     if out.get("pflkit"):
+        torch_floor = statistics.mean(out["floor"]["torch"]["seconds"]) if "torch" in out["floor"] else None
         lines = ["| method | rounds | training passes / round | s / round (mean) | floor x passes | + in-process round "
-                 "| x (floor + compute) | x simulation round |", "|---|---|---|---|---|---|---|---|"]
+                 "| x (floor + compute) | x (torch floor + compute) | x simulation round |",
+                 "|---|---|---|---|---|---|---|---|---|"]
         for m in out["pflkit"]:
             t, passes = m["round_seconds"], statistics.mean(m["passes"])
             own = out["in_process"].get(m["method"], 0.0)
-            bound = floor * passes + own
             mean = statistics.mean(t)
+            with_torch = f"{mean / (torch_floor * passes + own):.2f}x" if torch_floor else "not run"
             lines.append(f"| {m['method']} | {len(t)} | {passes:.1f} | {mean:.3f} | {floor * passes:.3f} | {own:.3f} "
-                         f"| {mean / bound:.2f}x | {mean / sim:.0f}x |")
+                         f"| {mean / (floor * passes + own):.2f}x | {with_torch} | {mean / sim:.0f}x |")
         text += ("\npflkit's rounds on the same deployment (the flower_equivalence stage's work, "
                  f"{out['profile']} profile, {out['nodes']} clients, each SuperNode holding its partition; pflkit's "
-                 "ClientApps import torch): "
-                 "floor x passes is the floor's model round times the round's training passes (PERM's global step "
-                 "and alpha update add passes when due); + in-process round: benchmarks/flower.md's in-process round "
-                 "of the method, every client's compute at once.\n\n" + "\n".join(lines) + "\n")
+                 "ClientApps import torch): floor x passes is the floor's model round times the round's training "
+                 "passes (PERM's global step and alpha update add passes when due); + in-process round: "
+                 "benchmarks/flower.md's in-process round of the method, every client's compute at once; the torch "
+                 "floor is the floor whose ClientApp imports torch before it answers.\n\n" + "\n".join(lines) + "\n")
     return text
 
 

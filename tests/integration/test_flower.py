@@ -377,7 +377,7 @@ def test_the_floor_benchmark_runs_stock_flowers_floor_beside_pflkits_rounds(tmp_
     out = floor.main(["--nodes", "2", "--rounds", "2", "--cores", "1", "--out", str(tmp_path), "--simulation",
                       str(simulation), "--profile", "smoke"])
     assert out["floats"] == 12 and out["simulation_round"] == pytest.approx(0.2) and out["cores"] == 1
-    for payload in ("empty", "model", "flower"):
+    for payload in ("empty", "model", "flower", "torch"):
         measured = out["floor"][payload]
         assert len(measured["seconds"]) == 2 and min(measured["seconds"]) > 0
         assert len(measured["busy"]) == 2 and all(0 <= b <= 1 for b in measured["busy"])
@@ -387,6 +387,7 @@ def test_the_floor_benchmark_runs_stock_flowers_floor_beside_pflkits_rounds(tmp_
     md = (tmp_path / "flower_floor.md").read_text()
     assert "| floor | empty | pulled every 0.05 s | 2 |" in md and "| floor | 12 float32 each way | Flower's" in md
     assert "| FedAvg | 2 | 1.0 |" in md and "| PERM | 2 | 2.0 |" in md
+    assert "| floor | 12 float32 each way, the ClientApp imports torch | pulled every 0.05 s | 2 |" in md
     for bad, says in ((["--cores", "0"], "--cores: an integer in 1"),
                       (["--nodes", "3"], "--nodes 3: .* allowed: \\[2\\]")):
         with pytest.raises(SystemExit, match=says):

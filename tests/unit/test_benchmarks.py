@@ -117,20 +117,22 @@ def test_cnn_stacked_benchmark_writes_its_table(tmp_path):
 def test_flower_floor_table_sets_pflkits_rounds_beside_stock_flowers_floor():
     """The table from crafted measurements (the deployment itself runs in tests/integration/test_flower.py): each
     floor row, and each method's round against the floor's model round times its training passes plus its
-    in-process round."""
+    in-process round, and against the floor whose ClientApp imports torch."""
     floor = _load("flower_floor")
     out = {"nodes": 10, "cores": 2, "floats": 122, "simulation_round": 0.1, "machine": "X, 2 cores",
            "load": [0.5, 4.0], "profile": "default", "in_process": {"FedAvg": 0.5, "PERM": 1.0},
            "floor": {"empty": {"seconds": [2.0, 3.0], "busy": [0.7, 0.9]},
                      "model": {"seconds": [3.0, 3.0], "busy": [0.8, 0.8]},
-                     "flower": {"seconds": [6.0, 6.0], "busy": [0.5, 0.5]}},
+                     "flower": {"seconds": [6.0, 6.0], "busy": [0.5, 0.5]},
+                     "torch": {"seconds": [3.5, 3.5], "busy": [0.9, 0.9]}},
            "pflkit": [{"method": "FedAvg", "round_seconds": [4.0, 3.0], "passes": [1, 1]},
                       {"method": "PERM", "round_seconds": [5.0, 11.0], "passes": [1, 3]}]}
     md = floor.table(out)
     assert "| floor | empty | pulled every 0.05 s | 2 | 2.500 | 2.000 | 3.000 | 80% |" in md
     assert "| floor | 122 float32 each way | Flower's send_and_receive (3 s between pulls) | 2 | 6.000 |" in md
-    assert "| FedAvg | 2 | 1.0 | 3.500 | 3.000 | 0.500 | 1.00x | 35x |" in md
-    assert "| PERM | 2 | 2.0 | 8.000 | 6.000 | 1.000 | 1.14x | 80x |" in md
+    assert "| floor | 122 float32 each way, the ClientApp imports torch | pulled every 0.05 s | 2 | 3.500 |" in md
+    assert "| FedAvg | 2 | 1.0 | 3.500 | 3.000 | 0.500 | 1.00x | 0.88x | 35x |" in md  # 3.5 / (3.5 + 0.5)
+    assert "| PERM | 2 | 2.0 | 8.000 | 6.000 | 1.000 | 1.14x | 1.00x | 80x |" in md  # 8 / (3.5 * 2 + 1)
     assert "10 SuperNodes on X, 2 cores, the deployment pinned to 2 of them" in md
     assert floor.passes_per_round([{"round": 0, "kind": "train"}, {"round": 1, "kind": "train"},
                                    {"round": 1, "kind": "evaluate"}, {"round": 2, "kind": "train"},

@@ -19,15 +19,31 @@ FLOWER_MODULES = ["pflkit.flower.apps"]
 
 
 def test_importing_pflkit_flower_leaves_the_environment_alone():
-    modules = MODULES + (FLOWER_MODULES if importlib.util.find_spec("flwr") else [])
-    env = {k: v for k, v in os.environ.items() if k not in OFFLINE_ENV}
-    code = ("import importlib, json, os, sys; before = dict(os.environ); "
+    flower = importlib.util.find_spec("flwr") is not None
+    modules = MODULES + (FLOWER_MODULES if flower else [])
+    env = {k: v for k, v in os.environ.items() if k not in OFFLINE_ENV and k != "GRPC_VERBOSITY"}
+    # Flower's own import sets GRPC_VERBOSITY (flwr.supercore.grpc): imported first, so only pflkit's writes count
+    flwr_first = "import flwr.app, flwr.clientapp, flwr.serverapp; " if flower else ""
+    code = ("import importlib, json, os, sys; " + flwr_first + "before = dict(os.environ); "
             "[importlib.import_module(m) for m in sys.argv[1:]]; "
             "print(json.dumps({k: v for k, v in os.environ.items() if before.get(k) != v}))")
     out = subprocess.run([sys.executable, "-c", code, *modules], env=env, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {}
+
+
+def test_a_clientapp_process_imports_torch_and_flower_but_no_table_or_plotting_library():
+    """Flower starts a ClientApp process for every message, so what importing the ClientApp's module loads is paid
+    per message (benchmarks/flower_floor.py's torch floor): pandas (0.3 s here), scipy, matplotlib, seaborn,
+    pydantic and yaml stay out of it; torch is the ClientApp's own."""
+    pytest.importorskip("flwr")
+    code = ("import json, sys; import pflkit.flower.apps; "
+            "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & set(sys.argv[1:]))))")
+    heavy = ["pandas", "scipy", "matplotlib", "seaborn", "pydantic", "yaml", "torch"]
+    out = subprocess.run([sys.executable, "-c", code, *heavy], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == ["torch"]
 
 
 def test_the_simulation_engine_goes_offline_before_flower_and_ray_start(monkeypatch):

@@ -23,11 +23,15 @@ run), so a grid of values x runs is one batched pass (:func:`tune_step_size`).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-import pandas as pd
 import torch
+
+if TYPE_CHECKING:  # pandas loads only where a table is built (a ClientApp process imports none)
+    import pandas as pd
 
 from ..checks import check_int
 
@@ -158,6 +162,8 @@ class CollaborativeRun:
         """Tidy frame: step, run, loss (one row per recorded step and run)."""
         if self.losses is None:
             raise ValueError("this run recorded no losses (pass loss= to run())")
+        import pandas as pd
+
         k, r = self.losses.shape
         return pd.DataFrame({"step": self.steps.repeat_interleave(r).cpu().numpy(),
                              "run": (torch.arange(r).repeat(k) + run_offset).numpy(),
@@ -255,6 +261,8 @@ def tune_step_size(make_method: Callable[[], object], oracle: GradientOracle, x0
     eta = torch.tensor(etas, dtype=x0.dtype, device=x0.device).repeat_interleave(runs)
     result = run(make_method(), oracle, x0.repeat(len(etas), 1), steps=steps, eta=eta, generator=generator,
                  loss=loss, record_every=max(steps, 1))
+    import pandas as pd
+
     final = result.losses[-1].reshape(len(etas), runs)
     table = pd.DataFrame({"eta": etas, "final_loss": final.mean(1).cpu().numpy(),
                           "se": (final.std(1) / runs ** 0.5).cpu().numpy(), "runs": runs})

@@ -23,10 +23,14 @@ get the in-process divergence rule (:mod:`pflkit.divergence`), and the models a 
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from collections.abc import Generator
 
-import pandas as pd
 import torch
+
+if TYPE_CHECKING:  # pandas loads only where a table is built (a ClientApp process imports none)
+    import pandas as pd
 
 from ..algorithms.round import Outputs
 from ..algorithms.round import Pass as AlgorithmPass
@@ -290,6 +294,8 @@ class FederatedServer:
             check_loss_growth(spec.name, spec.seed, r, loss, self.initial_loss, factor, lr, final=True)
 
     def history(self) -> pd.DataFrame:
+        import pandas as pd
+
         return pd.DataFrame(self.rows, columns=HISTORY_COLUMNS)
 
 

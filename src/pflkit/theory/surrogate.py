@@ -17,13 +17,17 @@ All computations are float64 torch and batched (grids of K / gamma / alpha are t
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-import pandas as pd
 import torch
+
+if TYPE_CHECKING:  # pandas loads only where a table is built (a ClientApp process imports none)
+    import pandas as pd
 from torch import Tensor
 
 __all__ = [
@@ -333,6 +337,8 @@ def frontier(mu: float, L: float, *, alpha, gamma, K, theta: str = "sum",
         kap = kappa_bound_last(mu, L, a, g, k)
     else:
         raise ValueError(f"theta must be 'sum' (Theta_1:K) or 'last' (Theta_K), got {theta!r}")
+    import pandas as pd
+
     opts = [server_opt] if isinstance(server_opt, str) else list(server_opt)
     frames = []
     for opt in opts:
@@ -383,6 +389,8 @@ def simulated_maml_frontier(mu: float, L: float, d: int, *, alpha: float, gamma:
     log_kappa = (logqa.max(-1).values - logqa.min(-1).values).cpu()
     kap = torch.exp(log_kappa)
     delta = torch.tanh((logq.max(-1).values - logq.min(-1).values).cpu() / 4)  # Lemma 5 form with Q
+    import pandas as pd
+
     opts = [server_opt] if isinstance(server_opt, str) else list(server_opt)
     return pd.concat([pd.DataFrame({
         "server_opt": opt, "d": d, "alpha": float(alpha), "gamma": float(gamma), "K": Ks.numpy(),
