@@ -57,7 +57,7 @@ SHORT_ROUNDS = 1
 MAX_CLIENTS: int | None = None
 #: the short form's cut (one round cannot show a divergence anyway): what keeps it to minutes
 SHORT_MAX_CLIENTS = 10
-#: at most this many clients per round of a grid task (the paper's M = 10 makes a ResNet-18 round minutes here)
+#: at most this many clients per round of a grid task (the paper's M = 10 makes a ResNet-18 round slow on a CPU)
 GRID_CLIENTS = 2
 #: at most this many pooled examples per evaluation of a grid task (the default profile's value)
 EVAL_SAMPLES = 300
@@ -69,10 +69,8 @@ GRID_KEYS = ("gammas", "etas", "alphas", "eta_grid", "zetas", "n_values", "L_val
 #: test_canary.py; the other stages' estimates count data and models only, temporaries come on top)
 MEMORY_FACTOR = 3.0
 #: ... and at least this much room above the baseline: a dataset the estimate leaves out (Fashion-MNIST as float32:
-#: ~190 MiB), frames and figures, temporaries. perm_hetero's paper cut (31 rounds: its warm-up and first alpha
-#: update) peaked 440-488 MiB above the baseline in the full canary (1 round: 275 MiB), and its whole 60 rounds
-#: 504 MiB (2-core Intel Xeon, 2 threads, 2026-11-29), within 24 MiB of the 512 MiB this floor was; a plot stage
-#: ~20 MiB
+#: ~190 MiB), frames and figures, temporaries (the peaks it was set from: docs/benchmarks.md, "Notes moved out of
+#: the source (issue 53)")
 MEMORY_FLOOR = 768 * 2**20
 #: what a stage's kernel imports: the baseline process of :func:`measure_baseline`
 BASELINE_IMPORTS = ("torch", "numpy", "pandas", "matplotlib.pyplot", "seaborn", "ipykernel", "papermill",

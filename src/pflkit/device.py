@@ -1,7 +1,7 @@
 """Device selection: ``auto`` picks CUDA when a GPU is present, else CPU. A bottom layer: data,
 engine and config all use it, and it imports nothing of pflkit. torch is imported when a device is resolved,
 not with the module: config reads ``DEVICES``, and a plot notebook that reads its settings through config
-needs no torch (1.1 s of every plot stage on a 2-core Xeon)."""
+needs no torch."""
 from __future__ import annotations
 
 import typing

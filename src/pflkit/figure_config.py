@@ -1,7 +1,6 @@
 """The figure settings a plot stage reads (params.yaml ``figures``), apart from :mod:`pflkit.plotting` so that the
-stage runner validates a plot stage without loading matplotlib and seaborn (1.3 s of every plot stage's runner
-on a 2-core AMD EPYC), and apart from :mod:`pflkit.config`, which every compute stage imports: a change here
-re-runs plot stages only."""
+stage runner validates a plot stage without loading matplotlib and seaborn, and apart from :mod:`pflkit.config`,
+which every compute stage imports: a change here re-runs plot stages only."""
 from __future__ import annotations
 
 from typing import Literal

@@ -124,8 +124,8 @@ class Deployment:
         self.num_nodes = check_int("num_nodes", num_nodes, 1)
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="pflkit-flower-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
-        # each SuperNode's start costs about 1.4 s of CPU (Python and Flower's imports): 100 of them take over a
-        # minute of a 2-core machine, so the wait for processes to start grows with the node count
+        # each SuperNode's start costs CPU time (Python's and Flower's imports), so the wait for processes to
+        # start grows with the node count
         self.startup_timeout = float(60.0 + STARTUP_SECONDS_PER_NODE * num_nodes if startup_timeout is None
                                      else startup_timeout)
         self.home = self.workdir / "flwr-home"

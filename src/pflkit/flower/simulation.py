@@ -16,7 +16,7 @@ from . import OFFLINE_ENV, require_flower
 from .spec import RunSpec, specs_to_json
 
 #: how often ``start_ray`` tries: Ray gives its node a fixed 30 s to register (``ray/_private/node.py``),
-#: which a loaded 2-core machine can miss once and then make
+#: which a loaded machine can miss once and then make
 RAY_START_ATTEMPTS = 3
 #: the address Ray's node serves on: this machine's loopback, so that the simulation is reachable from no other
 LOOPBACK = "127.0.0.1"
