@@ -15,8 +15,8 @@ one that cannot be read, or whose tensors do not fit this run's state (shape, dt
 reported as ``cannot use checkpoint <path>: <reason>`` and the run starts afresh. Every such message,
 and every resume, goes to stderr and to the stage runner's terminal (:func:`pflkit.progress.note`).
 
-Divergence (the rule of :mod:`pflkit.divergence`, which the federated server applies too;
-:class:`DivergenceError`, naming method, seed, round and learning rates): NaN/Inf
+Divergence (:func:`pflkit.divergence.run_rule`, the rule the federated server and the Charles grids apply too,
+there with the grid's clauses; :class:`DivergenceError`, naming method, seed, round and learning rates): NaN/Inf
 parameters or metrics at any evaluation; an evaluated loss above ``ABORT_MULTIPLE x diverge_factor``
 times the initial loss at any evaluation, round 0 included (a blow-up: stopped at once); or a loss
 still above ``diverge_factor`` times the initial loss at the last round (it grew and never came back).
@@ -25,9 +25,10 @@ run already broken at round 0 is caught there. A loss that spikes between evalua
 ``diverge_factor`` x its initial value is not divergence. The loss is the mean over clients of each
 personalized model's test loss. The default
 ``DIVERGE_FACTOR`` (10) is far above what any curve stage shows at params.yaml or smoke scale (final
-loss <= 1.02 x initial, peaks <= 1.5 x). The Charles NN grids (``experiments.charles_nn.run_grid``)
-keep their own, stricter rule (``diverge_factor`` 2 on the training loss, at any evaluation): there a
-diverged setting is dropped from a tuning grid, here it would stop a stage's reported run.
+loss <= 1.02 x initial, peaks <= 1.5 x). The Charles NN grids (``experiments.charles_nn.run_grid``, on
+:func:`run_rounds`) judge each setting with the grid's clauses (:func:`pflkit.divergence.grid_rule`: its training
+loss above ``diverge_factor`` x its first at ``diverge_patience`` evaluations in a row): there a diverged setting
+is dropped from a tuning grid, here it would stop a stage's reported run.
 """
 from __future__ import annotations
 
@@ -188,6 +189,25 @@ def _check_run_arguments(rounds: int, eval_every: int, checkpoint_every: int, di
     check_diverge_factor(diverge_factor)
 
 
+def run_rounds(algorithm, state, rounds: int, eval_every: int, record: Callable[[int, object], bool | None],
+               after_round: Callable[[int, object], None] | None = None, start: int = 0):
+    """The one run loop: ``record(0, state)`` (the round-0 evaluation; skipped when resuming at round ``start``
+    > 0), then for each round r = start + 1 .. ``rounds``: ``state = algorithm.round(state)``, ``record(r,
+    state)`` at every ``eval_every``-th round and the last, then ``after_round(r, state)``. A ``record`` that
+    returns False ends the run there (nothing left to train: every setting of a grid diverged). Returns the
+    last state."""
+    if start == 0 and record(0, state) is False:
+        return state
+    for r in range(start + 1, rounds + 1):
+        state = algorithm.round(state)
+        go_on = record(r, state) if r % eval_every == 0 or r == rounds else True
+        if after_round is not None:
+            after_round(r, state)
+        if go_on is False:
+            break
+    return state
+
+
 def run(algorithm, data: FederatedDataset, rounds: int, seed: int, eval_every: int = 1,
         method: str | None = None, progress: tqdm | None = None, keep: dict | None = None,
         checkpoint: str | Path | None = None, checkpoint_every: int = 5,
@@ -225,37 +245,31 @@ def run(algorithm, data: FederatedDataset, rounds: int, seed: int, eval_every: i
             if progress is not None:
                 progress.update(start)
 
-    def record(r: int):
+    lr = _describe_lr(algorithm)
+
+    def record(r: int, state) -> None:
         personal = algorithm.personalized(state)
         summary = evaluate(algorithm.model, personal, data).summary()
-        check_finite(method, seed, r, summary, is_finite(personal), _describe_lr(algorithm))
+        check_finite(method, seed, r, summary, is_finite(personal), lr)
         rows.extend((r, method, seed, k, float(v)) for k, v in summary.items())
         for callback in callbacks:
             extra = callback(r, state)
             rows.extend((r, method, seed, str(k), float(v)) for k, v in (extra or {}).items())
         if r == 0:
             initial[0] = reference_loss(summary.get("loss"), data.num_classes)
-        check_loss_growth(method, seed, r, summary.get("loss"), initial[0], diverge_factor,
-                          _describe_lr(algorithm), final=False)
+        check_loss_growth(method, seed, r, summary.get("loss"), initial[0], diverge_factor, lr, final=False)
 
-    def save(r: int):
-        save_checkpoint(path, {"format": CHECKPOINT_FORMAT, "fingerprint": fingerprint, "code": code_identity(),
-                               "method": method, "seed": seed, "round": r, "rounds": rounds,
-                               "rows": list(rows), "state": state_to_payload(state)})
-
-    if start == 0:
-        record(0)
-    for r in range(start + 1, rounds + 1):
-        state = algorithm.round(state)
-        if r % eval_every == 0 or r == rounds:
-            record(r)
+    def after_round(r: int, state) -> None:
         if path is not None and (r % checkpoint_every == 0 or r == rounds):
-            save(r)
+            save_checkpoint(path, {"format": CHECKPOINT_FORMAT, "fingerprint": fingerprint, "code": code_identity(),
+                                   "method": method, "seed": seed, "round": r, "rounds": rounds,
+                                   "rows": list(rows), "state": state_to_payload(state)})
         if progress is not None:
             progress.update(1)
+
+    state = run_rounds(algorithm, state, rounds, eval_every, record, after_round, start)
     last = max(row[0] for row in rows)  # the last round evaluated (also for a finished run read back)
-    check_loss_growth(method, seed, last, _loss_at(rows, last), initial[0], diverge_factor,
-                      _describe_lr(algorithm), final=True)
+    check_loss_growth(method, seed, last, _loss_at(rows, last), initial[0], diverge_factor, lr, final=True)
     if keep is not None:
         keep[(method, seed)] = state
     return pd.DataFrame(rows, columns=HISTORY_COLUMNS)

@@ -39,13 +39,11 @@ from typing import Annotated, ClassVar, Literal
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import Tensor
-from torch.func import vmap
 
 from ..checks import check_int
-from .. import model_store, seeds
+from .. import model_store, runner
 from ..algorithms.local_update import LocalUpdateGrid, setting_chunks
 from ..algorithms.server_opt import MOMENTUM_KINDS, SERVER_LABELS
 from ..config import (HLDA_DEFAULTS, PARTITION_OPTIONS, DatasetName, NonNegatives, PositiveInt, Positives,
@@ -55,9 +53,11 @@ from ..data import prepared
 from ..data.federated import BATCH_ORDERS, FederatedDataset, data_digest
 from ..data.hlda import hierarchical_lda
 from ..data.text import SEQ_LEN, VOCAB_SIZE
+from ..divergence import grid_rule, reference_loss
 from ..engine import FunctionalModel, resolve_device
 from ..engine.full_batch import ROW_BYTES_FACTOR
 from ..engine.params import Params
+from ..eval import eval_batch, make_evaluator
 from ..io import CheckpointError, slug
 from ..models import count_parameters
 from ..models.femnist import femnist_cnn
@@ -103,39 +103,6 @@ class GridRun:
     params: Params | None = None
 
 
-def eval_batch(data: FederatedDataset, split: str, samples: int, seed: int):
-    """A fixed random sample of ``samples`` pooled examples of ``split`` (all when fewer)."""
-    x, y = (data.x_train, data.y_train) if split == "train" else (data.x_test, data.y_test)
-    g = torch.Generator().manual_seed(seeds.data_sample(seed))
-    idx = torch.randperm(len(y), generator=g)[: min(samples, len(y))].to(x.device)
-    return x[idx], y[idx]
-
-
-def make_evaluator(model: FunctionalModel, batches: dict[str, tuple], chunk: int = 64):
-    """Returns f(params [G, ..]) -> {metric: tensor [G]}: ``<split>_loss`` and ``<split>_accuracy``
-    (accuracy over non-ignored targets; logits [B, C] or [B, V, T])."""
-    def stats(params, x, y):
-        logits = model.forward(params, x)
-        loss = F.cross_entropy(logits, y)
-        valid = y != -100
-        acc = ((logits.argmax(1) == y) & valid).sum() / valid.sum()
-        return loss, acc
-
-    batched = vmap(stats, in_dims=(0, None, None))
-
-    def evaluate(params: Params) -> dict[str, Tensor]:
-        out = {}
-        with torch.no_grad():
-            for split, (x, y) in batches.items():
-                parts = [batched(params, x[i:i + chunk], y[i:i + chunk]) for i in range(0, len(y), chunk)]
-                w = torch.tensor([min(chunk, len(y) - i) for i in range(0, len(y), chunk)], dtype=torch.float32)
-                out[f"{split}_loss"] = sum(p[0].cpu() * wi for p, wi in zip(parts, w)) / w.sum()
-                out[f"{split}_accuracy"] = sum(p[1].cpu() * wi for p, wi in zip(parts, w)) / w.sum()
-        return out
-
-    return evaluate
-
-
 def evaluate_settings(evaluate, params: Params, idx: Tensor, settings_chunk: int | None) -> dict[str, Tensor]:
     """``evaluate`` on the settings ``idx`` of the stacked ``params`` [G, ...], ``settings_chunk`` at a time:
     {metric: tensor [len(idx)]}."""
@@ -150,11 +117,14 @@ def run_grid(model: FunctionalModel, data: FederatedDataset, settings: list[Sett
              show_progress: bool = False, label: str = "", settings_chunk: int | None = None) -> GridRun:
     """LocalUpdate(Theta_{1:K}, alpha, gamma, B, M, ServerOpt) for every setting at once.
 
-    The round is ``algorithms.local_update.LocalUpdateGrid``'s (every setting's LocalUpdate round at once);
-    here: the evaluations, and a setting whose ``watch`` metric is above ``diverge_factor`` x its first value
+    The round is ``algorithms.local_update.LocalUpdateGrid``'s (every setting's LocalUpdate round at once), the
+    loop the runner's (:func:`pflkit.runner.run_rounds`); here: the evaluations (``evaluate``, every live
+    setting in one call, ``settings_chunk`` at a time), and the divergence rule's grid clauses
+    (``divergence.grid_rule``): a setting whose ``watch`` metric is above ``diverge_factor`` x its first value
     at ``diverge_patience`` evaluations in a row (or turns non-finite: at once) stops stepping and is recorded
-    as diverged (a result, not an error). ``diverge_patience`` 1 stops at the first evaluation above; more
-    lets a transient spike that comes back down run on (the paper profile: a whole tune window).
+    as diverged (a result, not an error).
+    ``diverge_patience`` 1 stops at the first evaluation above; more lets a transient spike that comes back down
+    run on (the paper profile: a whole tune window).
 
     ``settings_chunk``: at most this many settings per client pass and per evaluation call (bounds memory
     to chunk x M models, e.g. ResNet-18 grids at paper scale); the minibatch draws then come in a
@@ -174,16 +144,16 @@ def run_grid(model: FunctionalModel, data: FederatedDataset, settings: list[Sett
                            nesterov=torch.tensor([s.server == "nesterov" for s in settings], device=dev),
                            alpha=[s.alpha for s in settings], local_steps=local_steps, batch_size=batch_size,
                            clients_per_round=clients_per_round, settings_chunk=settings_chunk)
+    rule = grid_rule(diverge_factor, diverge_patience, watch)
     state = grid.init(data, seed)
     first: dict[int, float] = {}
     above: dict[int, int] = {}  # evaluations in a row above diverge_factor x first, per setting
     rows, dead = [], []
     start = time.perf_counter()
 
-    def record(r):
+    def record(r, state) -> bool:
+        """Evaluate the live settings at round r, drop those the rule judges diverged; False: none is left."""
         idx = state.alive.nonzero().flatten()
-        if not len(idx):
-            return
         values = evaluate_settings(evaluate, state.x, idx, settings_chunk)
         for metric, vals in values.items():
             for j, g in enumerate(idx.tolist()):
@@ -192,25 +162,22 @@ def run_grid(model: FunctionalModel, data: FederatedDataset, settings: list[Sett
             w = float(values[watch][j])
             first.setdefault(g, w)
             finite = math.isfinite(w) and all(bool(torch.isfinite(v[g]).all()) for v in state.x.values())
-            above[g] = above.get(g, 0) + 1 if w > diverge_factor * first[g] else 0
-            if not finite or above[g] >= diverge_patience:
+            above[g], reason = rule.judge(w, reference_loss(first[g], None), above.get(g, 0),
+                                          non_finite=None if finite else "")
+            if reason is not None:
                 state.alive[g] = False
-                in_a_row = f" at {diverge_patience} evaluations in a row" if diverge_patience > 1 else ""
-                dead.append({"setting": g, "round": r, "reason": "non-finite" if not finite else
-                             f"{watch} {w:.3g} > {diverge_factor:g} x initial {first[g]:.3g}{in_a_row}"})
+                dead.append({"setting": g, "round": r, "reason": reason})
+        return bool(state.alive.any())
 
-    for r in range(rounds + 1):
-        if r % eval_every == 0 or r == rounds:
-            record(r)
-        if r == rounds or not state.alive.any():
-            break
-        state = grid.round(state)
-        if (r + 1) % max(1, rounds // 10) == 0:  # about every 10% of the rounds
-            line = (f"{label}round {r + 1}/{rounds}: {int(state.alive.sum())}/{G} settings alive "
+    def after_round(r, state) -> None:
+        if r % max(1, rounds // 10) == 0:  # about every 10% of the rounds
+            line = (f"{label}round {r}/{rounds}: {int(state.alive.sum())}/{G} settings alive "
                     f"({time.perf_counter() - start:.1f} s)")
             note(line)
             if show_progress:
                 print(" ", line, flush=True)
+
+    state = runner.run_rounds(grid, state, rounds, eval_every, record, after_round)
     meta = pd.DataFrame([{"setting": g, "gamma": s.gamma, "eta": s.eta, "server": s.server,
                           "momentum": s.momentum, "alpha": s.alpha, "variant": s.variant}
                          for g, s in enumerate(settings)])
