@@ -159,13 +159,14 @@ def decode_value(payload, where: str = "value", generator=None):
 def state_to_payload(state, skip: tuple[str, ...] = ("data",)) -> dict:
     """An algorithm state (a dataclass, see ``pflkit.algorithms.base.BaseState``) -> a plain dict.
     Fields in ``skip`` (the FederatedDataset ``data``) are not saved: they are re-attached from the
-    template on load."""
+    template on load; nor are fields ``__init__`` does not take (``init=False``: what a state only caches, e.g.
+    pFedMe's kept local round), which a rebuilt state starts without."""
     if not dataclasses.is_dataclass(state) or isinstance(state, type):
         raise TypeError(f"state must be a dataclass instance, got {type(state).__name__}")
     name = type(state).__name__
     return {"class": name,
             "fields": {f.name: encode_value(getattr(state, f.name), f"{name}.{f.name}")
-                       for f in dataclasses.fields(state) if f.name not in skip}}
+                       for f in dataclasses.fields(state) if f.init and f.name not in skip}}
 
 
 def state_from_payload(template, payload: dict, skip: tuple[str, ...] = ("data",)):
@@ -185,7 +186,7 @@ def state_from_payload(template, payload: dict, skip: tuple[str, ...] = ("data",
     if payload.get("class") != name:
         raise CheckpointError(f"checkpoint holds a {payload.get('class')!r} state, expected {name!r}")
     saved = payload["fields"]
-    names = [f.name for f in dataclasses.fields(template) if f.name not in skip]
+    names = [f.name for f in dataclasses.fields(template) if f.init and f.name not in skip]
     if sorted(saved) != sorted(names):
         raise CheckpointError(f"checkpoint fields {sorted(saved)} differ from {name}'s {sorted(names)}")
     values = {f: _decode_like(saved[f], getattr(template, f), f"{name}.{f}") for f in names}

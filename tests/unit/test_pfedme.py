@@ -1,4 +1,6 @@
 """pFedMe: batched vs reference loop, the inner prox solve, server mixing, personalization gain."""
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -8,6 +10,7 @@ from pflkit.data import perm_synthetic
 from pflkit.engine import FunctionalModel
 from pflkit.engine.params import broadcast
 from pflkit.eval import evaluate
+from pflkit.io import state_from_payload, state_to_payload
 from pflkit.models import logistic, mlp
 
 from reference import pfedme as ref
@@ -146,9 +149,7 @@ def test_evaluation_and_the_next_round_run_one_local_round(mixed, arch, monkeypa
     as computing it again (bit for bit: a second, fresh instance computes everything), and with an
     evaluation after every round the run takes rounds + 1 local rounds, not 2 x rounds + 1."""
     factory = FACTORIES[arch]
-    runs = []
-    original = PFedMe._local_round
-    monkeypatch.setattr(PFedMe, "_local_round", lambda self, *a: runs.append(1) or original(self, *a))
+    runs = _count_local_rounds(monkeypatch)
     algo = PFedMe(FunctionalModel(factory), beta=2.0, **HP)
     s = algo.init(mixed, seed=5)
     personal = [algo.personalized(s)]
@@ -173,4 +174,66 @@ def test_evaluation_and_the_next_round_run_one_local_round(mixed, arch, monkeypa
     for _ in range(3):
         s = algo.round(s)
         algo.personalized(s)
-    assert len(runs) == 2 * 3 + 1 and algo._kept._entry is None
+    assert len(runs) == 2 * 3 + 1 and s.ahead is None
+
+
+def _count_local_rounds(monkeypatch) -> list:
+    """Every pFedMe local round computed from now on (``PFedMe.client_updates``) appends to the returned list."""
+    runs = []
+    original = PFedMe.client_updates
+    monkeypatch.setattr(PFedMe, "client_updates", lambda self, *a: runs.append(1) or original(self, *a))
+    return runs
+
+
+# a script of steps on two runs a and b of ONE algorithm object: e = evaluate, r = round, m = touch the global
+# model in place (the same values, a new version), c = a copy of the state with a copy of w (the same values)
+KEPT_ROUND_SCRIPTS = [
+    # (clients per round, script, local rounds computed)
+    (None, "ea ra ea ra", 2),  # each round reuses the evaluation before it
+    (None, "ra ra", 2),  # nothing evaluated, nothing kept
+    (None, "ea ea ra", 1),  # a second evaluation of the same state and the round reuse the first's local round
+    (None, "ea eb ra rb", 2),  # each run's kept round is its own (held in its state, not on the algorithm)
+    (None, "ea ma ra", 2),  # w changed in place since: computed again
+    (None, "ea ca ra", 2),  # another state (dataclasses.replace) starts without the kept round
+    (3, "ea ra ea ra", 4),  # not every client takes part: the evaluation's local rounds are not the round's
+]
+
+
+@pytest.mark.parametrize("per_round, script, computed", KEPT_ROUND_SCRIPTS)
+def test_the_evaluations_local_round_is_kept_in_the_state_for_the_next_round(mixed, monkeypatch, per_round, script,
+                                                                            computed):
+    """The kept local round lives in the run's state (``PFedMeState.ahead``): it serves only the next round of that
+    state, from the same unmodified global model and draws, and the run's numbers are the same bit for bit as a
+    run never evaluated; a checkpoint of the state leaves it out (and resumes to the same numbers)."""
+    model = FunctionalModel(FACTORIES["mlp"])
+    algo = PFedMe(model, beta=2.0, clients_per_round=per_round, **HP)
+    states = {"a": algo.init(mixed, 5), "b": algo.init(mixed, 6)}
+    runs = _count_local_rounds(monkeypatch)
+    for op, run in script.split():
+        s = states[run]
+        if op == "e":
+            algo.personalized(s)
+        elif op == "r":
+            states[run] = algo.round(s)
+            assert states[run].ahead is None
+        elif op == "m":
+            with torch.no_grad():
+                for t in s.w.values():
+                    t.mul_(1.0)
+        else:
+            states[run] = replace(s, w={k: v.clone() for k, v in s.w.items()})
+    assert len(runs) == computed
+    monkeypatch.undo()
+    fresh = PFedMe(model, beta=2.0, clients_per_round=per_round, **HP)
+    for run, seed in (("a", 5), ("b", 6)):
+        t = fresh.init(mixed, seed)
+        for _ in range(script.count("r" + run)):
+            t = fresh.round(t)
+        _close(states[run].w, t.w, tol=0)
+    s = states["a"]
+    algo.personalized(s)
+    payload = state_to_payload(s)
+    assert "ahead" not in payload["fields"]
+    back = state_from_payload(algo.init(mixed, 5), payload)
+    assert back.ahead is None
+    _close(algo.round(back).w, algo.round(s).w, tol=0)

@@ -24,20 +24,19 @@ Personalized model (what pFedMe is scored on), as in the official code (``evalua
 after every client's ``train``): the theta each client holds at the end of its local round (R x K steps as
 above) started from the *current* global model -- the local round the next round runs, with that round's
 own draws. The pass draws from a copy of the run's generator what the next round will draw from the
-generator itself (the participants, then the pass's key), so evaluating never changes training, and the
-next round reuses the models the evaluation computed instead of running the same local round again
-(:meth:`PFedMe.client_updates`; before, an evaluation ran its own local round with draws from
-``eval_generator``, the cost of a whole extra round). It is computed for every client, participating or
-not (the official code trains every client every round); the reuse applies when every client takes part
-in the next round (``clients_per_round`` None, the papers' setting), otherwise that round computes its
-participants' local rounds itself, from the same per-client draws.
+generator itself (the participants, then the pass's key), so evaluating never changes training. In process
+(``PFedMe.personalized``) the evaluation leaves that local round in the state (``PFedMeState.ahead``) and the
+next round (``PFedMe.round``) takes its local models from there instead of running the same local round again.
+It is computed for every client, participating or not (the official code trains every client every round);
+it is kept only when every client takes part in the next round (``clients_per_round`` None, the papers'
+setting), otherwise that round computes its participants' local rounds itself, from the same per-client draws.
 
 Randomness per round, in this order, from the state's generator: the participants (as FedAvg), then
 the client pass's key (``ClientDraws``: client c's minibatch rows come from its own stream of that key).
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 from torch import Tensor
@@ -48,8 +47,38 @@ from ..engine.functional import FunctionalModel
 from ..engine.params import Params, broadcast
 from ..checks import check_positive
 from .fedavg import FedAvg, FedAvgState
-from .round import Pass, takes_every_client
+from .round import Pass, drive, run_step, takes_every_client
 from .server_opt import ServerOpt
+
+
+@dataclass(frozen=True)
+class LocalRound:
+    """An evaluation's local round (``PFedMe.personalized``): the local models and thetas of ``clients`` from the
+    global model ``w`` (the very tensors, at their ``versions``) with the pass key ``key``."""
+    w: Params
+    versions: dict
+    clients: Tensor
+    key: int
+    local: Params
+    theta: Params
+
+    @classmethod
+    def of(cls, p: Pass, local: Params, theta: Params) -> "LocalRound":
+        return cls(dict(p.models), {k: t._version for k, t in p.models.items()}, p.clients.clone(), p.draws.key,
+                   local, theta)
+
+    def serves(self, p: Pass) -> bool:
+        """Whether pass ``p`` is this local round: the same key and clients, from the same unmodified ``w``."""
+        return (p.draws.key == self.key and p.models.keys() == self.w.keys()
+                and all(self.w[k] is t and t._version == self.versions[k] for k, t in p.models.items())
+                and torch.equal(p.clients, self.clients))
+
+
+@dataclass
+class PFedMeState(FedAvgState):
+    #: the last evaluation's local round, for the round after it (``PFedMe.round``); not a field of ``__init__``,
+    #: so ``dataclasses.replace`` (every new round's state) starts without it and checkpoints leave it out
+    ahead: LocalRound | None = field(default=None, init=False, repr=False, compare=False)
 
 
 class PFedMe(FedAvg):
@@ -77,34 +106,21 @@ class PFedMe(FedAvg):
         self.personal_lr = check_positive("personal_lr", personal_lr)
         self.lam = check_positive("lam", lam)
         self.inner_steps = check_positive("inner_steps", inner_steps, integer=True)
-        self._kept = KeptRound()  # the evaluation's local round, for the next round (``client_updates``)
 
-    def client_updates(self, w: Params, data: FederatedDataset, clients: Tensor, draws: ClientDraws,
-                       keep: bool = False) -> tuple[Params, Params]:
-        """One pFedMe local round from w on every listed client at once -> (w_local, theta), [M, ..].
+    def init(self, data: FederatedDataset, seed: int, x0: Params | None = None) -> PFedMeState:
+        s = super().init(data, seed, x0)
+        return PFedMeState(**{f.name: getattr(s, f.name) for f in fields(s)})
 
-        ``keep``: hold the result for the next call, which returns it instead of computing it again if it has
-        the same inputs (the same ``w`` tensors, unchanged, the same data, clients and pass key): the
-        evaluation's local round (``personal_models``) is the next round's (``local_models``)."""
-        kept = self._kept.take(w, data, clients, draws)
-        if kept is not None:
-            return kept
-        out = self._local_round(w, data, clients, draws)
-        if keep:
-            self._kept.put(w, data, clients, draws, out)
-        return out
-
-    def _local_round(self, w: Params, data: FederatedDataset, clients: Tensor,
-                     generator: ClientDraws) -> tuple[Params, Params]:
+    def client_updates(self, w: Params, data: FederatedDataset, clients: Tensor,
+                       generator: ClientDraws) -> tuple[Params, Params]:
+        """One pFedMe local round from w on every listed client at once -> (w_local, theta), [M, ..]."""
         m, lam = len(clients), self.lam
         idx = data.sample_indices(self.batch_schedule(clients), self.batch_size, generator)  # [R, M, B]
         local, theta = broadcast(w, m), broadcast(w, m)  # our own copies: updated in place below
         tmp = {k: torch.empty_like(t) for k, t in theta.items()}
         grads = {k: torch.empty_like(t) for k, t in theta.items()}  # every step's gradient (batched_grad's out)
         # in place, one buffer per tensor, the same operations in the same order as the module docstring's
-        # formulas (the same float results): with a fresh tensor per operation, M x P-sized temporaries made
-        # the update cost more than the gradient (perm_fig2's paper CNN, 50 clients, 1 thread on a 2-core
-        # Intel Xeon, 2026-11-29: 0.80 s a step, 0.31 s in place)
+        # formulas (the same float results) without an M x P temporary per operation
         with torch.no_grad():
             for r in range(self.local_steps):
                 x, y = data.x_train[idx[r]], data.y_train[idx[r]]
@@ -123,12 +139,32 @@ class PFedMe(FedAvg):
 
     # -- the one round (``FederatedRound``) with pFedMe's client step; the server mixing is ServerOpt gd at lr beta
     def local_models(self, w: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
-        local, _ = self.client_updates(w, data, clients, generator)
-        return local
+        return self.client_updates(w, data, clients, generator)[0]
 
     def personal_models(self, w: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
-        _, theta = self.client_updates(w, data, clients, generator, keep=self.reuses_evaluation(data.num_clients))
+        return self.client_updates(w, data, clients, generator)[1]
+
+    def personalized(self, s: PFedMeState) -> Params:
+        """The thetas of ``personalize_pass``; when the next round reuses them (``reuses_evaluation``), the
+        local round is kept in ``s.ahead`` (and a second evaluation of ``s`` returns the kept thetas)."""
+        p = self.personalize_pass(s)
+        if s.ahead is not None and s.ahead.serves(p):
+            return s.ahead.theta
+        local, theta = self.client_updates(p.models, s.data, p.clients, p.draws)
+        if self.reuses_evaluation(s.data.num_clients):
+            s.ahead = LocalRound.of(p, local, theta)
         return theta
+
+    def round(self, s: PFedMeState) -> PFedMeState:
+        """The one round in this process, its client pass answered by ``s.ahead`` when that is its local round."""
+        ahead = s.ahead
+
+        def step(p: Pass) -> Params:
+            if ahead is not None and p.step == "local_models" and ahead.serves(p):
+                return ahead.local
+            return run_step(self, p, s.data)
+
+        return drive(self.round_passes(s), step)
 
     def personalize_pass(self, s: FedAvgState) -> Pass:
         """Every client's local round from the current global model, with the draws the next round makes: that
@@ -138,27 +174,3 @@ class PFedMe(FedAvg):
         clients = torch.arange(s.data.num_clients)
         return Pass("personal_models", clients, s.w, draws, self.batch_schedule(clients), self.batch_size, shared=True)
 
-
-class KeptRound:
-    """One local round's result held for the next call only, if it has the same inputs (``PFedMe.client_updates``).
-    A hit needs the very ``w`` tensors, unmodified since (their version counters), the same dataset object,
-    clients and pass key; anything else (another round, a resumed run, a model that came over the wire)
-    misses and computes, with the same numbers."""
-
-    def __init__(self):
-        self._entry = None
-
-    def put(self, w: Params, data, clients: Tensor, draws: ClientDraws, out) -> None:
-        self._entry = (dict(w), {k: t._version for k, t in w.items()}, data, clients.clone(), draws.key, out)
-
-    def take(self, w: Params, data, clients: Tensor, draws: ClientDraws):
-        """The held result if it was made from these inputs, else None; either way it is no longer held."""
-        entry, self._entry = self._entry, None
-        if entry is None:
-            return None
-        held, versions, held_data, held_clients, key, out = entry
-        if (key != draws.key or held_data is not data or held.keys() != w.keys()
-                or any(held[k] is not t or t._version != versions[k] for k, t in w.items())
-                or not torch.equal(held_clients, clients)):
-            return None
-        return out
