@@ -10,11 +10,11 @@ from torch import Tensor
 from ..data.federated import FederatedDataset
 from ..engine.functional import FunctionalModel
 from ..engine.local_sgd import expand_schedule, local_sgd
-from ..engine.params import Params, broadcast
+from ..engine.params import Params, broadcast, take
 from ..checks import check_positive
 from .base import BaseState, check_batch_size, eval_generator
 from .round import (WEIGHTINGS, Outputs, Pass, PassRound, aggregate, check_aggregator, client_weights, local_round,
-                    project_ball, sample_clients)
+                    mask_extra, project_ball, sample_clients, takes_every_client)
 from .server_opt import ServerOpt
 
 
@@ -64,8 +64,8 @@ class FedAvgState(BaseState):
 
 
 class FederatedRound(PassRound):
-    """The one round: participants -> ``client_pass`` (the method's own client step) -> ``aggregate`` ->
-    server step through ``server_opt``.
+    """The one round: participants -> ``client_pass`` (the method's own client step; with sub-models, on the
+    participants' masks) -> ``aggregate`` -> server step through ``server_opt``.
 
     ``clients_per_round`` clients take part in a round (None: all). ``weighting='uniform'`` averages with
     1/M (PERM's Alg. 3); ``'samples'`` weights by n_j (McMahan et al.). The clients send models
@@ -74,8 +74,14 @@ class FederatedRound(PassRound):
     steps with their average, ``ServerOpt.step``). ``radius`` projects the server model onto the l2 ball
     after each round (Alg. 3's optional projection; None = off). ``aggregator`` (``round.AGGREGATORS``): how the
     outputs are combined, their mean or (robust to a few bad clients, unweighted) their coordinate-wise median
-    or trimmed mean (``trim_fraction`` cut from each tail), as Flower's FedMedian / FedTrimmedAvg. Personalized
-    model: the server model for every client, unless the method says otherwise (``personalize_pass``)."""
+    or trimmed mean (``trim_fraction`` cut from each tail), as Flower's FedMedian / FedTrimmedAvg.
+
+    Partial training (HeteroFL, FedRolex: ``perm_hetero.PartialFedAvg``, PERM-hetero's warm-up) is this round
+    with sub-models: a method with ``partial_training`` supplies each round's masks M_j^t (``round_masks``,
+    stacked [N, ..] over all clients), every participant starts from and trains its sub-model M_j (.) w (the
+    masks travel as the pass's per-model values, ``round.mask_extra``), and the aggregator is ``round.MASKED``
+    (every coordinate averaged over the participants covering it). Personalized model: the server model for
+    every client, unless the method says otherwise (``personalize_pass``)."""
 
     sends = "models"
     #: the client step a round asks its participants for
@@ -83,6 +89,8 @@ class FederatedRound(PassRound):
     radius: float | None = None
     aggregator, trim_fraction = "mean", 0.2
     tolerates_missing = True  # a participant that does not answer is left out of the round's average
+    #: whether the clients train sub-models (``round_masks``; the aggregator is then ``round.MASKED``)
+    partial_training = False
 
     def set_round(self, *, batch_size, clients_per_round, weighting: str = "uniform",
                   server_opt: ServerOpt | None = None, radius: float | None = None, aggregator: str = "mean",
@@ -98,7 +106,7 @@ class FederatedRound(PassRound):
             raise ValueError(f"server_opt must be a ServerOpt (gd, heavy_ball, nesterov, adam), got {server_opt!r}")
         self.server_opt = server_opt or ServerOpt("gd", 1.0)
         self.radius = None if radius is None else check_positive("radius", radius)
-        self.aggregator = check_aggregator(aggregator, trim_fraction, weighting)
+        self.aggregator = check_aggregator(aggregator, trim_fraction, weighting, masked=self.partial_training)
         self.trim_fraction = float(trim_fraction)
 
     def init(self, data: FederatedDataset, seed: int, x0: Params | None = None) -> FedAvgState:
@@ -112,18 +120,30 @@ class FederatedRound(PassRound):
         """The clients whose minibatches the client step draws, one row per draw: [local_steps, M]."""
         return expand_schedule(clients, self.local_steps)
 
+    def round_masks(self, s: FedAvgState) -> Params | None:
+        """M_j^t, stacked [N, ..] over all clients: the sub-models the clients train this round (a method with
+        ``partial_training`` supplies them; None: every client trains the whole model)."""
+        return None
+
     def client_pass(self, s: FedAvgState, clients: Tensor) -> Pass:
-        """The round's client step (``client_step``) on the participants, every one from the server model."""
+        """The round's client step (``client_step``) on the participants, every one from the server model (with
+        partial training, ``round_passes`` adds the participants' masks to its per-model values)."""
         return Pass(self.client_step, clients, s.w, s.generator, self.batch_schedule(clients), self.batch_size,
                     shared=True)
 
     def round_passes(self, s: FedAvgState):
         clients = self.participants(s)
-        out = yield self.client_pass(s, clients)
+        masks = self.round_masks(s) if self.partial_training else None
+        if masks is not None and not takes_every_client(s.data.num_clients, self.clients_per_round):
+            masks = take(masks, clients)
+        p = self.client_pass(s, clients)
+        p.extra.update(mask_extra(masks))  # the participants' sub-models M_j (none without partial training)
+        out = yield p
         if isinstance(out, Outputs):  # some participants did not answer: the round goes on without them
             clients = clients[out.answered]
+            masks = None if masks is None else take(masks, out.answered)
         avg = aggregate(out, client_weights(s.data, clients, self.weighting), aggregator=self.aggregator,
-                        trim_fraction=self.trim_fraction)
+                        trim_fraction=self.trim_fraction, masks=masks, base=s.w)
         step = self.server_opt.step_to if self.sends == "models" else self.server_opt.step
         w, server = step(s.w, avg, s.server)
         if self.radius is not None:

@@ -55,7 +55,8 @@ from ..engine.params import Params, apply_masks, broadcast, flatten
 from ..models.width import intersect
 from ..checks import check_int, check_positive
 from .base import BaseState, check_batch_size, eval_generator
-from .round import Pass, PassRound, aggregate, local_round, mask_extra, masks_of, run_passes
+from .fedavg import FedAvgState, FederatedRound
+from .round import MASKED, Pass, PassRound, aggregate, local_round, mask_extra, masks_of, run_passes
 
 ALPHA_SOLVERS = ("exact", "gd")
 ALPHA_INITS = ("uniform", "estimate", "correlation")
@@ -311,11 +312,14 @@ class PERM(PassRound):
     The round is written here once, as passes (``algorithms.round``), for PERM and PERM-hetero
     (``algorithms.perm_hetero.PERMHetero``), which supplies sub-model masks through ``personal_masks`` /
     ``round_masks`` and its own mixing weights (``alpha_passes``); PERM is the case without masks (every
-    model full width). Its client steps: the warm-up's local models, the visiting models' K steps, and
-    the clients' gradients at the global model (for the global step and alpha).
+    model full width). A warm-up round is the one round (``FederatedRound``, through :class:`WarmupRound`:
+    with PERM-hetero's masks, partial training). Its client steps: the warm-up's local models, the visiting
+    models' K steps, and the clients' gradients at the global model (for the global step and alpha).
     """
 
     name = "PERM"
+    #: whether the global model's training uses sub-models (PERM-hetero: ``round_masks``)
+    partial_training = False
 
     def __init__(self, model: FunctionalModel, *, local_steps: int, lr: float, batch_size: int | None,
                  lam: float, alpha_solver: str = "gd", alpha_steps: int = 20, alpha_samples: int | None = None,
@@ -448,18 +452,23 @@ class PERM(PassRound):
         else:
             s.alpha = yield from self.alpha_passes(s, None)
 
+    def warmup_passes(self, s: PERMState):
+        """A FedAvg warm-up round: the one round (``WarmupRound``) on the global model; personalization starts
+        after the last one."""
+        warmup = WarmupRound(self)
+        fedavg = yield from warmup.round_passes(FedAvgState(s.data, s.generator, s.seed, s.round, s.w,
+                                                            warmup.server_opt.init(s.w)))
+        s = replace(s, round=fedavg.round, w=fedavg.w, grad_mean=None)
+        if s.round >= self.warmup_rounds:
+            yield from self.personalization_passes(s)
+        return s
+
     def round_passes(self, s: PERMState):
+        if s.v is None:
+            return (yield from self.warmup_passes(s))
         data, n = s.data, s.data.num_clients
         masks = self.round_masks(s)
         s = replace(s, round=s.round + 1)
-        if s.v is None:  # FedAvg warm-up round (partial training with masks)
-            everyone = torch.arange(n)
-            local = yield Pass("warmup_models", everyone, s.w, s.generator, expand_schedule(everyone, self.local_steps),
-                               self.batch_size, shared=True, extra=mask_extra(masks))
-            s.w, s.grad_mean = aggregate(local, masks=masks, base=s.w), None
-            if s.round >= self.warmup_rounds:
-                yield from self.personalization_passes(s)
-            return s
         if self.visit == "alpha":
             clients, extra = alpha_visit_clients(s.alpha, s.generator), {}
         else:
@@ -504,4 +513,22 @@ def _mean_step(grads: Params, masks: Params | None, w: Params) -> Params:
     coordinate-wise mean over the clients covering it)."""
     if masks is None:
         return {k: g.mean(0) for k, g in grads.items()}
-    return aggregate(grads, masks=masks, base={k: torch.zeros_like(p) for k, p in w.items()})
+    return aggregate(grads, masks=masks, base={k: torch.zeros_like(p) for k, p in w.items()}, aggregator=MASKED)
+
+
+class WarmupRound(FederatedRound):
+    """PERM's FedAvg warm-up round as the one round: every client takes PERM's warm-up client step
+    (``PERM.warmup_models``: K SGD steps at warmup_lr) from the global model, averaged uniformly, the server
+    step plain averaging; with PERM-hetero's round masks (``partial_training``), on sub-models with the masked
+    aggregate. It only describes the round: its passes run on the PERM object."""
+
+    client_step = "warmup_models"
+
+    def __init__(self, perm: PERM):
+        self.perm, self.local_steps = perm, perm.local_steps
+        self.partial_training = perm.partial_training
+        self.set_round(batch_size=perm.batch_size, clients_per_round=None,
+                       aggregator=MASKED if perm.partial_training else "mean")
+
+    def round_masks(self, s: FedAvgState) -> Params | None:
+        return self.perm.round_masks(s)

@@ -54,7 +54,6 @@ weights + 4 P bytes of gradients (fp32) and exchanges 4 P bytes each way.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -68,9 +67,10 @@ from ..engine.local_sgd import expand_schedule, local_sgd
 from ..engine.params import Params, apply_masks, broadcast, flatten
 from ..models.width import EXTRACTIONS, WidthSpec, check_fractions, masks_for, num_parameters
 from ..checks import check_positive
-from .base import BaseState, check_batch_size, eval_generator
+from .base import BaseState, eval_generator
+from .fedavg import FedAvgState, FederatedRound
 from .perm import PERM, PERMState, discrepancies, solve_alpha
-from .round import Pass, PassRound, aggregate, local_round, mask_extra, masks_of
+from .round import MASKED, Pass, PassRound, local_round, mask_extra, masks_of
 
 DISCREPANCIES = ("paper", "shared")
 
@@ -176,6 +176,8 @@ class _WidthMasks:
     widths, built once per device and kept on the algorithm object (never in its state; callers must
     not modify them in place), and each round's extraction masks."""
 
+    partial_training = True  # the clients train sub-models of the global model (``round_masks``)
+
     def personal_masks(self, data: FederatedDataset) -> Params:
         """m_i: client i's static width-r_i sub-model (its personalized model's architecture)."""
         cache = self.__dict__.setdefault("_static_masks", {})
@@ -198,19 +200,17 @@ def mask_generator(seed: int, round: int) -> torch.Generator:
 
 
 # --------------------------------------------------------------------------- partial training baselines
-@dataclass
-class PartialState(BaseState):
-    w: Params  # server model (full width)
+class PartialFedAvg(_WidthMasks, FederatedRound):
+    """Partial-training FedAvg (HeteroFL with ``static``, FedRolex with ``rolling`` extraction): the one round
+    (``FederatedRound``) with sub-models, every client taking part.
 
+    Client i trains the sub-model of width ``fractions[i]`` each round (``round_masks``); the server averages
+    every coordinate over its covering clients (aggregator ``round.MASKED``; the server step is plain averaging,
+    ``ServerOpt('gd', 1)``). Personalized model: client i's static width-r_i slice of w, fine-tuned on its own
+    training data for ``finetune_steps`` masked SGD steps (0: none). ``fractions`` all equal to r gives FedAvg
+    of a width-r model for everyone; all 1, FedAvg's draws (``tests/unit/test_one_round.py``)."""
 
-class PartialFedAvg(_WidthMasks, PassRound):
-    """Partial-training FedAvg (HeteroFL with ``static``, FedRolex with ``rolling`` extraction).
-
-    Client i trains the sub-model of width ``fractions[i]`` each round; the server averages every
-    coordinate over its covering clients. Personalized model: client i's static width-r_i slice of
-    w, fine-tuned on its own training data for ``finetune_steps`` masked SGD steps (0: none).
-    ``fractions`` all equal to r gives FedAvg of a width-r model for everyone."""
-
+    client_step = "sub_models"
     client_steps = PassRound.client_steps + ("sub_models", "finetuned_sub_models")
     federated = "its sub-models come from a WidthSpec, which a federated run's spec does not carry"
 
@@ -220,7 +220,7 @@ class PartialFedAvg(_WidthMasks, PassRound):
         _set_widths(self, model, spec, fractions, extraction)
         self.local_steps = check_positive("local_steps", local_steps, integer=True)
         self.lr = check_positive("lr", lr)
-        self.batch_size = check_batch_size(batch_size)
+        self.set_round(batch_size=batch_size, clients_per_round=None, aggregator=MASKED)
         self.finetune_steps = check_positive("finetune_steps", finetune_steps, integer=True, allow_zero=True)
         self.finetune_lr = self.lr if finetune_lr is None else check_positive("finetune_lr", finetune_lr)
         self.name = name
@@ -230,9 +230,9 @@ class PartialFedAvg(_WidthMasks, PassRound):
             raise ValueError(f"fractions has {len(self.fractions)} entries but the data has "
                              f"{data.num_clients} clients")
 
-    def init(self, data: FederatedDataset, seed: int) -> PartialState:
+    def init(self, data: FederatedDataset, seed: int) -> FedAvgState:
         self._check_data(data)
-        return PartialState(data, torch.Generator().manual_seed(seed), seed, 0, self.model.init(seed))
+        return super().init(data, seed)
 
     def sub_models(self, w: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
         """K masked SGD steps of every listed client's sub-model of w (``extra``'s masks)."""
@@ -248,13 +248,7 @@ class PartialFedAvg(_WidthMasks, PassRound):
                              batch_size=self.batch_size, generator=generator, masks=masks)
         return v
 
-    def round_passes(self, s: PartialState):
-        masks, everyone = self.round_masks(s), torch.arange(s.data.num_clients)
-        local = yield Pass("sub_models", everyone, s.w, s.generator, expand_schedule(everyone, self.local_steps),
-                           self.batch_size, shared=True, extra=mask_extra(masks))
-        return PartialState(s.data, s.generator, s.seed, s.round + 1, aggregate(local, masks=masks, base=s.w))
-
-    def personalize_pass(self, s: PartialState) -> Pass:
+    def personalize_pass(self, s: FedAvgState) -> Pass:
         everyone = torch.arange(s.data.num_clients)
         schedule = expand_schedule(everyone, self.finetune_steps) if self.finetune_steps else None
         return Pass("finetuned_sub_models", everyone, s.w, eval_generator(s), schedule, self.batch_size, shared=True,

@@ -4,8 +4,9 @@
     the clients, stacked) -> ``aggregate`` -> server step (``ServerOpt``; plain GD at lr 1 is FedAvg)
 
 :class:`FederatedRound` is that round. FedAvg, localized FedAvg, Per-FedAvg, pFedMe, LocalUpdate (MAML,
-FedProx, Reptile, FOMAML, FedAdam) are configurations of it: a client step and its settings. PERM and
-PERM-hetero write their rounds as passes too (alpha and the shuffle are their own).
+FedProx, Reptile, FOMAML, FedAdam) and partial-training FedAvg (with masks) are configurations of it: a client
+step and its settings. PERM and PERM-hetero write their rounds as passes too: their warm-up is this round;
+alpha and the shuffle are their own.
 
 **A round is a generator of passes.** ``round_passes(state)`` yields one :class:`Pass` at a time (which
 client step, on which clients, from which models, with which draws) and receives the stacked outputs;
@@ -14,7 +15,8 @@ it returns the new state. In one process :func:`run_passes` runs each pass for a
 runs the same client step there, so both run the same round body. Evaluation is a pass too
 (``personalize_pass``: the client step that makes the personalized models).
 
-Partial training (sub-models of one server model, ``models.width``) is the same parts with masks.
+Partial training (sub-models of one server model, ``models.width``) is the same round with masks: each
+round's sub-models go to the clients as per-model values (``mask_extra``) and the aggregate is ``MASKED``.
 """
 from __future__ import annotations
 
@@ -33,6 +35,9 @@ WEIGHTINGS = ("uniform", "samples")
 #: how the server combines the participants' outputs: their (weighted) mean, or, robust to a few bad clients,
 #: the coordinate-wise median and trimmed mean as Flower's FedMedian and FedTrimmedAvg define them (unweighted)
 AGGREGATORS = ("mean", "median", "trimmed_mean")
+#: the partial-training aggregate (HeteroFL / FedRolex): every coordinate averaged over the participants whose
+#: sub-model covers it; the aggregator of a round with sub-model masks, and of no other
+MASKED = "masked"
 
 
 def takes_every_client(num_clients: int, clients_per_round: int | None) -> bool:
@@ -68,11 +73,14 @@ def local_round(model, w: Params, data: FederatedDataset, clients: Tensor, *, st
     return local
 
 
-def check_aggregator(aggregator: str, trim_fraction: float = 0.2, weighting: str = "uniform") -> str:
-    """``aggregator`` if it is one of ``AGGREGATORS`` and fits the other settings (``trim_fraction`` in [0, 0.5),
-    as Flower's FedTrimmedAvg's ``beta``; the robust aggregators are unweighted: ``weighting`` 'uniform')."""
-    if aggregator not in AGGREGATORS:
-        raise ValueError(f"aggregator must be one of {AGGREGATORS}, got {aggregator!r}")
+def check_aggregator(aggregator: str, trim_fraction: float = 0.2, weighting: str = "uniform",
+                     masked: bool = False) -> str:
+    """``aggregator`` if it is one of ``AGGREGATORS`` (with ``masked``, a round of sub-models: ``MASKED``, the only
+    aggregate of sub-models) and fits the other settings (``trim_fraction`` in [0, 0.5), as Flower's
+    FedTrimmedAvg's ``beta``; the robust and the masked aggregates are unweighted: ``weighting`` 'uniform')."""
+    allowed = (MASKED,) if masked else AGGREGATORS
+    if aggregator not in allowed:
+        raise ValueError(f"aggregator must be one of {allowed}, got {aggregator!r}")
     if isinstance(trim_fraction, bool) or not isinstance(trim_fraction, (int, float)) \
             or not 0 <= trim_fraction < 0.5:
         raise ValueError(f"trim_fraction must be a number in [0, 0.5) (the share cut from each tail), "
@@ -113,10 +121,12 @@ def aggregate(local: Params, weights: Tensor | None = None, radius: float | None
     ``aggregator`` (``AGGREGATORS``): ``'mean'`` that average; ``'median'`` / ``'trimmed_mean'`` the robust,
     unweighted coordinate-wise statistics of :func:`robust_mean` instead (no ``weights``, no ``masks``).
 
-    With ``masks`` (partial training: each output covers its sub-model only) every coordinate is
-    averaged over the participants whose mask covers it, w_c = sum_j M_jc u_jc / sum_j M_jc, and a
-    coordinate nobody covers keeps its value in ``base``."""
-    if aggregator != "mean":
+    ``MASKED`` (or the mean given ``masks``; partial training: each output covers its sub-model only): every
+    coordinate is averaged over the participants whose mask covers it, w_c = sum_j M_jc u_jc / sum_j M_jc, and
+    a coordinate nobody covers keeps its value in ``base``."""
+    if aggregator == MASKED and masks is None:
+        raise ValueError(f"aggregator {MASKED!r} averages sub-models: it takes masks (and base)")
+    if aggregator not in ("mean", MASKED):
         check_aggregator(aggregator, trim_fraction)
         if weights is not None or masks is not None:
             raise ValueError(f"aggregator {aggregator!r} takes no weights and no masks (it is unweighted and "
