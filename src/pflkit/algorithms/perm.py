@@ -57,6 +57,7 @@ from ..checks import check_int, check_positive
 from .base import BaseState, check_batch_size, eval_generator
 from .fedavg import FedAvgState, FederatedRound
 from .round import MASKED, Pass, PassRound, aggregate, local_round, mask_extra, masks_of, run_passes
+from .server_opt import ServerOpt
 
 ALPHA_SOLVERS = ("exact", "gd")
 ALPHA_INITS = ("uniform", "estimate", "correlation")
@@ -292,6 +293,7 @@ class PERMState(BaseState):
     sigma: Tensor | None  # the current epoch's permutation
     shuffle_round: int  # rounds since personalization started
     grad_mean: Params | None = None  # the clients' mean exact gradient at w, kept by the last alpha update
+    server: dict | None = None  # the global step's optimizer state (``ServerOpt.init``)
 
 
 class PERM(PassRound):
@@ -299,6 +301,9 @@ class PERM(PassRound):
 
     lr: eta of the shuffling steps (the model-i step on client j is eta * alpha_i(j) * N).
     global_lr / global_steps / alpha_samples: the single-loop global model update (gamma, steps, M).
+    server_opt: the optimizer of that update (``ServerOpt``; default plain gd at global_lr, w <- w - gamma g;
+    heavy_ball / nesterov / adam step with the clients' mean gradient g as their pseudo-gradient; given, its
+    lr is gamma and global_lr must equal it).
     lam: lambda of eq. (2). alpha_solver: 'exact' (water-filling) or 'gd' (alpha_steps projected steps).
     warmup_rounds, warmup_lr: FedAvg rounds (K local steps each) before personalization starts.
     alpha_init: 'uniform' (Alg. 2) or 'estimate' (Alg. 3: alpha at the warm-up model).
@@ -325,7 +330,8 @@ class PERM(PassRound):
                  lam: float, alpha_solver: str = "gd", alpha_steps: int = 20, alpha_samples: int | None = None,
                  global_lr: float = 0.1, global_steps: int = 1, warmup_rounds: int = 0,
                  warmup_lr: float | None = None, alpha_init: str = "uniform",
-                 update_every: int | None | str = "epoch", visit: str = "shuffle"):
+                 update_every: int | None | str = "epoch", visit: str = "shuffle",
+                 server_opt: ServerOpt | None = None):
         self.model = model
         self.local_steps = check_positive("local_steps", local_steps, integer=True)
         self.lr = check_positive("lr", lr)
@@ -340,6 +346,12 @@ class PERM(PassRound):
         self.alpha_samples = None if alpha_samples is None else \
             check_positive("alpha_samples", alpha_samples, integer=True)
         self.global_lr = check_positive("global_lr", global_lr)
+        if server_opt is not None and not isinstance(server_opt, ServerOpt):
+            raise ValueError(f"server_opt must be a ServerOpt (gd, heavy_ball, nesterov, adam), got {server_opt!r}")
+        if server_opt is not None and server_opt.lr != self.global_lr:
+            raise ValueError(f"server_opt's lr ({server_opt.lr:g}) is the global step's size gamma: global_lr must "
+                             f"equal it, got global_lr={global_lr!r}")
+        self.server_opt = ServerOpt("gd", self.global_lr) if server_opt is None else server_opt
         self.global_steps = check_positive("global_steps", global_steps, integer=True, allow_zero=True)
         self.warmup_rounds = check_positive("warmup_rounds", warmup_rounds, integer=True, allow_zero=True)
         self.warmup_lr = self.lr if warmup_lr is None else check_positive("warmup_lr", warmup_lr)
@@ -427,8 +439,9 @@ class PERM(PassRound):
 
     def initial_state(self, data: FederatedDataset, seed: int) -> PERMState:
         """The state before personalization starts (global model only)."""
-        return PERMState(data, torch.Generator().manual_seed(seed), seed, 0, self.model.init(seed), None, None,
-                         None, 0)
+        w = self.model.init(seed)
+        return PERMState(data, torch.Generator().manual_seed(seed), seed, 0, w, None, None, None, 0,
+                         server=self.server_opt.init(w))
 
     def init(self, data: FederatedDataset, seed: int) -> PERMState:
         return run_passes(self, self.start_passes(self.initial_state(data, seed)), data)
@@ -492,14 +505,15 @@ class PERM(PassRound):
         return s
 
     def global_passes(self, s: PERMState, masks: Params | None):
-        """The single loop's global step(s) on ``s``: w <- w - gamma * (the clients' mean gradient at w)."""
+        """The single loop's global step(s) on ``s``: ``server_opt`` with the clients' mean gradient at w
+        (plain gd: w <- w - gamma * that mean)."""
         for _ in range(self.global_steps):
             if masks is None and s.grad_mean is not None:  # kept by the alpha update at this w
                 step = s.grad_mean
             else:
                 grads = yield self.gradient_pass(s, masks)
                 step = _mean_step(grads, masks, s.w)
-            s.w, s.grad_mean = {k: v - self.global_lr * step[k] for k, v in s.w.items()}, None
+            (s.w, s.server), s.grad_mean = self.server_opt.step(s.w, step, s.server), None
 
     def personalize_pass(self, s: PERMState) -> Pass:
         return Pass("given", torch.arange(s.data.num_clients), self.personalized_models(s), eval_generator(s))

@@ -5,8 +5,8 @@
 
 :class:`FederatedRound` is that round. FedAvg, localized FedAvg, Per-FedAvg, pFedMe, LocalUpdate (MAML,
 FedProx, Reptile, FOMAML, FedAdam) and partial-training FedAvg (with masks) are configurations of it: a client
-step and its settings. PERM and PERM-hetero write their rounds as passes too: their warm-up is this round;
-alpha and the shuffle are their own.
+step and its settings. PERM and PERM-hetero write their rounds as passes too: their warm-up is this round,
+their global step a ``ServerOpt`` step; alpha and the shuffle are their own.
 
 **A round is a generator of passes.** ``round_passes(state)`` yields one :class:`Pass` at a time (which
 client step, on which clients, from which models, with which draws) and receives the stacked outputs;
