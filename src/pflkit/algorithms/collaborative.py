@@ -23,17 +23,15 @@ run), so a grid of values x runs is one batched pass (:func:`tune_step_size`).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import torch
 
+from ..checks import check_int
+
 if TYPE_CHECKING:  # pandas loads only where a table is built (a ClientApp process imports none)
     import pandas as pd
-
-from ..checks import check_int
 
 __all__ = ["GradientOracle", "Alone", "WGA", "BC", "BiasOracleBC", "CollaborativeRun", "run",
            "autograd_oracle", "tune_step_size", "per_run"]

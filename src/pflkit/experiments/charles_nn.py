@@ -53,7 +53,7 @@ from ..data import prepared
 from ..data.federated import BATCH_ORDERS, FederatedDataset, data_digest
 from ..data.hlda import hierarchical_lda
 from ..data.text import SEQ_LEN, SOURCES, VOCAB_SIZE
-from ..divergence import grid_rule, reference_loss
+from ..divergence import grid_rule
 from ..engine import FunctionalModel, resolve_device
 from ..engine.full_batch import ROW_BYTES_FACTOR
 from ..engine.params import Params
@@ -162,7 +162,7 @@ def run_grid(model: FunctionalModel, data: FederatedDataset, settings: list[Sett
             w = float(values[watch][j])
             first.setdefault(g, w)
             finite = math.isfinite(w) and all(bool(torch.isfinite(v[g]).all()) for v in state.x.values())
-            above[g], reason = rule.judge(w, reference_loss(first[g], None), above.get(g, 0),
+            above[g], reason = rule.judge(w, first[g], above.get(g, 0),
                                           non_finite=None if finite else "")
             if reason is not None:
                 state.alive[g] = False

@@ -23,14 +23,10 @@ get the in-process divergence rule (:mod:`pflkit.divergence`), and the models a 
 """
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import TYPE_CHECKING
 
-from collections.abc import Generator
-
 import torch
-
-if TYPE_CHECKING:  # pandas loads only where a table is built (a ClientApp process imports none)
-    import pandas as pd
 
 from ..algorithms.round import Outputs
 from ..algorithms.round import Pass as AlgorithmPass
@@ -40,6 +36,9 @@ from ..engine.params import Params, is_finite
 from ..eval import HISTORY_COLUMNS, ClientMetrics
 from .client import EVALUATE, EXTRA, MODEL, TRAIN, Job, Reply, prefixed, unprefixed
 from .spec import RunSpec
+
+if TYPE_CHECKING:  # pandas loads only where a table is built (a ClientApp process imports none)
+    import pandas as pd
 
 Pass = dict[int, Job]
 Replies = dict[int, Reply]

@@ -17,18 +17,16 @@ All computations are float64 torch and batched (grids of K / gamma / alpha are t
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
+from torch import Tensor
 
 if TYPE_CHECKING:  # pandas loads only where a table is built (a ClientApp process imports none)
     import pandas as pd
-from torch import Tensor
 
 __all__ = [
     "Theta", "theta_K", "theta_1_to_K", "SERVER_OPTS", "distortion", "distortion_eigenvalues",
