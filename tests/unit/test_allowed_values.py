@@ -12,8 +12,8 @@ SRC = ROOT / "src" / "pflkit"
 COINCIDENT = {
     frozenset({"max", "min"}): "headline's reduce of a glob's matches; charles_nn's better-is (max accuracy, min loss)",
 }
-#: LEAD (issue 53): duplicates found when this test was written, in files other helpers own or that cannot import
-#: the owner without torch; each entry is the modules that define the set today. Remove an entry once its set is
+#: the duplicates left (issue 53), each where a module cannot import the set's owner (an import cycle, or torch
+#: where none may load); each entry is the modules that define the set today. Remove an entry once its set is
 #: defined once: the test then guards it.
 PENDING = {
     # server_opt.MOMENTUM_KINDS (the library's) and theory.surrogate.SERVER_OPTS (server_opt imports surrogate)
