@@ -38,7 +38,7 @@ from pflkit.io import write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the sibling benchmark modules
-from flower_floor import measure  # noqa: E402  (its deployment, run here with every request timed)
+from flower_floor import FLOOR_ROWS, measure  # noqa: E402  (its deployment, run here with every request timed)
 
 LOG_VARIABLE = "PFLKIT_REQUEST_LOG"
 #: the hook every process of the deployment imports at start (Python imports ``sitecustomize`` by itself)
@@ -127,6 +127,14 @@ def table(out: dict) -> str:
     return "\n".join(rows) + "\n"
 
 
+def floor_skip(rounds: int) -> set[int]:
+    """The round indices to leave out of a floor run's log: the floor sends ``rounds + 1`` messages per row of
+    ``FLOOR_ROWS``, in that order; only the model row's rounds count, its first (nodes still starting) left out."""
+    group = rounds + 1
+    first = [k for k, *_ in FLOOR_ROWS].index("model") * group
+    return set(range(len(FLOOR_ROWS) * group)) - set(range(first + 1, first + group))
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=10)
@@ -156,9 +164,7 @@ def main(argv: list[str] | None = None) -> dict:
                 else:
                     os.environ[k] = v
         rows = read_log(log.read_text())
-    # the floor run sends rounds + 1 empty messages, then rounds + 1 model-sized ones, then rounds + 1 through
-    # Flower's send_and_receive: keep the model rounds (their first left out)
-    skip = set(range(args.rounds + 2)) | set(range(2 * args.rounds + 2, 3 * args.rounds + 3))
+    skip = floor_skip(args.rounds)
     out = {"nodes": args.nodes, "cores": args.cores, "floats": int(floats), "gap": args.gap,
            "machine": f"{cpu_model() or 'this machine'}, {os.cpu_count()} cores",
            "summary": summarize(rows, skip, args.gap)}

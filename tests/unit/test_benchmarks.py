@@ -175,6 +175,15 @@ def test_flower_requests_counts_each_rounds_requests_and_the_waits_for_objects()
     assert s["requests"]["flwr-serverapp /v1/runtime/push-task-output"]["per_round"] == 0.5
 
 
+def test_flower_requests_counts_the_model_rows_rounds_of_every_floor_row():
+    """The floor sends rounds + 1 messages for each of its rows in order: of the log's rounds, only the model
+    row's after its first count, whatever rows come after it (a fourth row once made 2 asked rounds count 5)."""
+    bench = _load("flower_requests")
+    assert [k for k, *_ in bench.FLOOR_ROWS] == ["empty", "model", "flower", "torch"]
+    assert set(range(12)) - bench.floor_skip(2) == {4, 5}
+    assert set(range(24)) - bench.floor_skip(5) == {7, 8, 9, 10, 11}
+
+
 def test_flower_benchmark_keeps_the_other_engines_rows_of_an_earlier_run():
     """``--keep``: a run of the deployment engine merged with an earlier run's in-process and simulation rows,
     in engine order, every row stamped with the load averages of the run that measured it and the table naming
