@@ -12,7 +12,10 @@ is one row:
 * ``competing``: params.yaml sets it too (the default never applies, and may disagree with the value);
 * ``code-only``: params.yaml does not set it, so the code default is the value the stage runs with.
 
-The runner's keys (``config.RUNNER_KEYS``) are set by the stage runner, never by params.yaml: left out.
+The runner's keys (``config.RUNNER_KEYS``) are set by the stage runner, never by params.yaml: left out. So are a
+method's own settings (``experiments.curves.Method.needs``: a section such as ``pfedme``, localized FedAvg's
+``finetune_*``) whose default is None: params.yaml gives them only where the stage's ``methods`` lists the method,
+and the config refuses a listed method without them (``curves.missing_settings``), so None means "not run".
 The target (``tests/unit/test_config_defaults.py`` enforces it): no competing default and no code-only one,
 except the documented ``EXCEPTIONS`` below.
 """
@@ -92,6 +95,8 @@ def field_rows(cls, values, stage: str, prefix: str = "") -> list[Row]:
     from pydantic_core import PydanticUndefined
 
     from pflkit.config import RUNNER_KEYS
+    from pflkit.experiments.curves import METHODS
+    method_settings = {key for m in METHODS.values() for key in m.needs}
     values = values if isinstance(values, dict) else {}
     rows = []
     for name, field in cls.model_fields.items():
@@ -99,7 +104,9 @@ def field_rows(cls, values, stage: str, prefix: str = "") -> list[Row]:
             continue
         path = f"{prefix}{name}"
         given = name in values
-        if not field.is_required():
+        if not prefix and name in method_settings and field.default is None:
+            pass  # a method's own settings: None is "the stage does not run it" (module docstring)
+        elif not field.is_required():
             default = field.get_default(call_default_factory=True)
             if default is not PydanticUndefined:
                 if hasattr(default, "model_dump"):

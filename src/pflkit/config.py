@@ -1216,7 +1216,7 @@ def _label_group_problems(cfg) -> list[tuple[str, str]]:
 def _perfedavg_problems(cfg) -> list[tuple[str, str]]:
     """Per-FedAvg's inner (personalization) step: alpha 0 makes it FedAvg."""
     runs = [m for m in cfg.methods if m.startswith("perfedavg")]
-    if runs and cfg.perfedavg.alpha == 0:
+    if runs and cfg.perfedavg is not None and cfg.perfedavg.alpha == 0:
         return [("perfedavg.alpha", f"0 makes the inner (personalization) step of {', '.join(runs)} do nothing "
                                     f"(the method is FedAvg); allowed: > 0")]
     return []

@@ -69,6 +69,7 @@ METHOD_STYLES: dict[str, tuple[str, str | tuple, str]] = {
     "Per-FedAvg (FO)": ("#CC79A7", (3, 1, 1, 1), "v"),    # reddish purple
     "Per-FedAvg (HF)": ("#882255", (3, 1, 1, 1, 1, 1), "<"),
     "pFedMe": ("#000000", (2, 2), "X"),               # black
+    "Ditto": ("#56B4E9", (5, 1), "P"),                # sky blue (a baseline beyond the PERM paper)
     "WGA": ("#009E73", (1, 1.5), "^"),                # Chayti Fig. 2: green
     "BC": ("#E69F00", (4, 2), "s"),                   # Chayti Fig. 2: orange
     BASELINE: ("#777777", (4, 4), ""),

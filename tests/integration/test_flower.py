@@ -21,7 +21,7 @@ psutil = pytest.importorskip("psutil")
 
 from reference.methods import FedAdam, FedClip  # noqa: E402
 
-from pflkit.algorithms import PERM, FedAvg, ServerOpt, fedprox  # noqa: E402
+from pflkit.algorithms import PERM, Ditto, FedAvg, ServerOpt, fedprox  # noqa: E402
 from pflkit.data import perm_synthetic  # noqa: E402
 from pflkit.engine import FunctionalModel  # noqa: E402
 from pflkit.flower.deployment import Deployment  # noqa: E402
@@ -38,15 +38,18 @@ ROUNDS, SEED = 2, 3
 
 
 def _algorithms(more: bool = False):
-    """FedAvg and PERM; with ``more`` also LocalUpdate (FedProx with server momentum) and two methods added
-    outside pflkit in a few lines (tests/reference/methods.py: FedAdam, and FedClip's own client step)."""
+    """FedAvg and PERM; with ``more`` also LocalUpdate (FedProx with server momentum), two methods added
+    outside pflkit in a few lines (tests/reference/methods.py: FedAdam, and FedClip's own client step) and Ditto
+    (two passes a round, on 2 of the 3 clients)."""
     model = FunctionalModel(lambda: logistic((DATA["dim"],), 2))
     return [FedAvg(model, local_steps=3, lr=0.3, batch_size=4),
             # update_every=2: round 2 ends with the global step and the alpha update (two gradient passes)
             PERM(model, local_steps=3, lr=0.5, batch_size=4, lam=10.0, update_every=2)] + ([
             fedprox(model, steps=3, gamma=0.2, alpha=0.5, batch_size=4, server_opt=ServerOpt("heavy_ball", 0.2, 0.3)),
             FedAdam(model, local_steps=3, lr=0.3, batch_size=4, server_lr=0.05),
-            FedClip(model, local_steps=3, lr=0.3, batch_size=4, clip=0.05)] if more else [])
+            FedClip(model, local_steps=3, lr=0.3, batch_size=4, clip=0.05),
+            Ditto(model, lr=0.3, local_steps=3, batch_size=4, lam=0.5, personal_lr=0.2, personal_steps=2,
+                  clients_per_round=2, weighting="uniform")] if more else [])
 
 
 def _specs(rounds=ROUNDS, timeout=60.0, more=False):
@@ -74,6 +77,7 @@ def _check_equivalence(results, more=False, methods=None):
             torch.testing.assert_close(state[f"w.{k}"], v, rtol=1e-5, atol=1e-6)
         if isinstance(alg, PERM):
             torch.testing.assert_close(state["alpha"], s.alpha, rtol=1e-5, atol=1e-8)
+        if isinstance(alg, (PERM, Ditto)):  # the personalized models the server holds
             for k, v in s.v.items():
                 torch.testing.assert_close(state[f"v.{k}"], v, rtol=1e-5, atol=1e-6)
 
@@ -352,8 +356,8 @@ def test_poisoned_clients_on_the_deployment_engine_are_refused_dropped_or_caught
 
 
 def test_simulation_reproduces_every_kind_of_method_and_shuts_ray_down():
-    """FedAvg, PERM, LocalUpdate with a server optimizer, and the methods added in tests/reference/methods.py
-    (their ClientApps import them by path) reproduce in-process on the simulation engine."""
+    """FedAvg, PERM, LocalUpdate with a server optimizer, the methods added in tests/reference/methods.py
+    (their ClientApps import them by path) and Ditto reproduce in-process on the simulation engine."""
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     results = simulate(_specs(more=True), num_cpus=1, object_store_mb=128)
     _check_equivalence(results, more=True)

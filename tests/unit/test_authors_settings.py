@@ -41,6 +41,6 @@ def test_a_warmup_as_long_as_the_run_is_refused_for_the_variant_too():
     with pytest.raises(ConfigError, match=r"perm_torchfed\.warmup_rounds: 5 >= rounds = 5"):
         build("perm_fig1", "smoke", methods=["perm", "perm_torchfed"], lr={"perm": 1.0, "perm_torchfed": 1.0},
               perm_torchfed={"warmup_rounds": 5})
-    with pytest.raises(ConfigError, match="perm_torchfed: null, but methods lists perm_torchfed"):
+    with pytest.raises(ConfigError, match="perm_torchfed: not given, but methods lists perm_torchfed"):
         build("perm_fig1", "smoke", methods=["perm", "perm_torchfed"], lr={"perm": 1.0, "perm_torchfed": 1.0},
               perm_torchfed=None)

@@ -21,7 +21,7 @@ BAD = [
     (["tune", "perm_fig1", "--seeds", "x"], "--seeds", "integers >= 0"),
     (["tune", "perm_fig1", "--seeds", "-1"], "--seeds", "integers >= 0"),
     (["tune", "perm_fig1", "--seeds", "0,0"], "--seeds", "distinct integers >= 0"),
-    (["tune", "perm_fig1", "--methods", "nope"], "--methods", "must be a non-empty list from ['fedavg'"),
+    (["tune", "perm_fig1", "--methods", "nope"], "--methods", "must be a non-empty list from ['ditto', 'fedavg'"),
     (["tune", "perm_fig1", "--methods", "perm,"], "--methods", "no empty entry"),
     (["tune", "perm_fig1", "--rounds", "0"], "--rounds", "an integer >= 1"),
     (["tune", "perm_fig1", "--rounds", "x"], "--rounds", "an integer >= 1"),

@@ -44,7 +44,9 @@ def _tiny_fig1(**overrides):
         seeds=[0, 1],
         eval_every=2, perm=perm_section(lam=3.0, alpha_solver="gd", global_lr=0.1, update_every=2),
         perfedavg=perfedavg_section(alpha=0.02),
-        pfedme=pfedme_section(personal_lr=0.01, lam=15.0), perm_torchfed={"warmup_rounds": 2})
+        pfedme=pfedme_section(personal_lr=0.01, lam=15.0), perm_torchfed={"warmup_rounds": 2},
+        perm_alpha=perm_section(lam=3.0, alpha_solver="gd", global_lr=0.1, update_every=2),
+        ditto={"lam": 0.1, "personal_steps": None})
     return build("perm_fig1", **{**settings, **overrides})
 
 
@@ -170,7 +172,8 @@ BROKEN = [("local", {"lr": {"local": 1e6}}), ("fedavg", {"lr": {"fedavg": 1e6}})
           ("perm", {"lr": {"perm": 1e6}}), ("perm_alpha", {"lr": {"perm_alpha": 1e6}}),
           ("perm_torchfed", {"lr": {"perm_torchfed": 1e6}}),
           ("perfedavg_fo", {"lr": {"perfedavg_fo": 1e6}}), ("perfedavg_hf", {"lr": {"perfedavg_hf": 1e6}}),
-          ("pfedme", {"lr": {"pfedme": 1e6}, "pfedme": pfedme_section(personal_lr=1e6, lam=20.0)})]
+          ("pfedme", {"lr": {"pfedme": 1e6}, "pfedme": pfedme_section(personal_lr=1e6, lam=20.0)}),
+          ("ditto", {"lr": {"ditto": 1e6}})]
 
 
 def test_broken_methods_table_covers_every_method():

@@ -8,7 +8,7 @@ import torch
 
 from reference.methods import FedAdam, FedClip
 
-from pflkit.algorithms import (MAML, PERM, FedAvg, Local, LocalizedFedAvg, PerFedAvg, PFedMe, ServerOpt, fedprox,
+from pflkit.algorithms import (MAML, PERM, Ditto, FedAvg, Local, LocalizedFedAvg, PerFedAvg, PFedMe, ServerOpt, fedprox,
                                fomaml)
 from pflkit.data import perm_synthetic
 from pflkit.engine import FunctionalModel
@@ -35,6 +35,8 @@ METHODS = {
                                                   finetune_lr=0.5, clients_per_round=4),
     "perfedavg_hf": lambda m: PerFedAvg(m, alpha=0.1, beta=0.2, local_steps=3, batch_size=4, variant="hf"),
     "pfedme": lambda m: PFedMe(m, lr=0.1, personal_lr=0.05, lam=5.0, local_steps=3, batch_size=4, beta=1.5),
+    "ditto": lambda m: Ditto(m, lr=0.3, local_steps=3, batch_size=4, lam=0.5, personal_lr=0.2, personal_steps=2,
+                             clients_per_round=3, weighting="samples"),
     "perm": lambda m: PERM(m, local_steps=3, lr=0.5, batch_size=4, lam=10.0, update_every=2),
     "perm_warmup_estimate_sampled": lambda m: PERM(m, local_steps=3, lr=0.5, batch_size=4, lam=10.0,
                                                    alpha_solver="exact", warmup_rounds=2, alpha_init="estimate",

@@ -51,12 +51,15 @@ def test_the_stage_accepts_the_methods_whose_class_declares_federated():
     """The accepted keys come from the registry's classes (``federated``), not from a list kept by hand."""
     from pflkit.experiments.curves import FEDERATED_METHODS, METHODS
     assert FEDERATED_METHODS == ("fedavg", "localized_fedavg", "perm", "perm_alpha", "perm_torchfed", "perfedavg_fo",
-                                 "perfedavg_hf", "pfedme")
+                                 "perfedavg_hf", "pfedme", "ditto")
     refused = set(METHODS) - set(FEDERATED_METHODS)  # each class says why in ``federated``
     assert refused == {"local", "perm_hetero", "perm_hetero_paper", "heterofl", "fedrolex", "small_fedavg"}
     assert all(isinstance(METHODS[k].algorithm.federated, str) for k in refused)
     every = list(FEDERATED_METHODS)
-    cfg = _cfg(methods=every, lr={k: 0.1 for k in every}, perm_torchfed={"warmup_rounds": 1}, rounds=4)
+    fig1 = stage_values(PARAMS, "perm_fig1")  # the methods' own settings, where this stage gives none
+    cfg = _cfg(methods=every, lr={k: 0.1 for k in every}, perm_torchfed={"warmup_rounds": 1}, rounds=4,
+               ditto={"lam": 0.1, "personal_steps": None}, perm_alpha={**fig1["perm"], "update_every": 2},
+               **{k: fig1[k] for k in ("finetune_steps", "finetune_lr", "perfedavg", "pfedme")})
     assert cfg.methods == every
 
 

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import pflkit.algorithms as algorithms_package
-from pflkit.algorithms import (MAML, PERM, FedAvg, LocalizedFedAvg, LocalUpdate, PartialFedAvg, PerFedAvg,
+from pflkit.algorithms import (MAML, PERM, Ditto, FedAvg, LocalizedFedAvg, LocalUpdate, PartialFedAvg, PerFedAvg,
                                PERMHetero, PFedMe, ServerOpt)
 from pflkit.algorithms.fedavg import FederatedRound
 from pflkit.algorithms.local_update import LocalUpdateGrid
@@ -258,6 +258,8 @@ SERVER_MODELS = {
                                         server_opt=ServerOpt("heavy_ball", 0.8, momentum=0.5)),
     "LocalizedFedAvg": lambda m, spec, d: LocalizedFedAvg(m, finetune_steps=1, finetune_lr=0.1, local_steps=2,
                                                           lr=0.2, batch_size=4),
+    "Ditto": lambda m, spec, d: Ditto(m, lr=0.2, local_steps=2, batch_size=4, lam=0.5, personal_lr=0.1,
+                                      personal_steps=2, clients_per_round=3, weighting="uniform"),
     "PerFedAvg": lambda m, spec, d: PerFedAvg(m, alpha=0.05, beta=0.1, local_steps=2, batch_size=4),
     "PFedMe": lambda m, spec, d: PFedMe(m, lr=0.1, personal_lr=0.05, lam=5.0, beta=1.5, local_steps=2,
                                         inner_steps=2, batch_size=4),

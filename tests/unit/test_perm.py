@@ -319,6 +319,11 @@ def test_perm_claim_compares_with_the_best_other_method():
     assert perm_claim(table)["holds"] is True  # a tie is not a loss
     assert perm_claim(table.loc[["PERM", "Majority class"]]) is None  # nothing to compare with
     assert perm_claim(table.drop(index="PERM")) is None
+    # a baseline beyond the paper (Ditto) is left out of the paper's claim and compared in its own
+    table.loc["Ditto", "accuracy_mean"] = 0.9
+    assert perm_claim(table)["best_other"] == "pFedMe" and perm_claim(table)["holds"] is True
+    assert perm_claim(table, against=["Ditto"]) == {"perm": 0.8, "best_other": "Ditto", "best_other_value": 0.9,
+                                                    "margin": -0.1, "holds": False}
 
 
 def test_perm_claim_measures_the_margins_spread_over_seeds_paired():
@@ -389,7 +394,7 @@ def test_perm_alpha_is_its_own_method_and_claim():
     from pflkit.paths import resolve
     assert METHODS["perm_alpha"].name == "PERM (alpha visits)"
     model = FunctionalModel(lambda: logistic((5,), 2))
-    cfg = validate_stage(load_params(resolve("params.yaml")), "perm_fig1")
+    cfg = validate_stage(load_params(resolve("params.yaml")), "perm_fig2")  # a stage that runs perm_alpha
     section = cfg.perm_alpha.model_copy(update={"lam": 7.0})
     cfg = cfg.model_copy(update={"lr": {**cfg.lr, "perm_alpha": 0.2}, "perm_alpha": section})
     a, b = METHODS["perm"].make(model, cfg), METHODS["perm_alpha"].make(model, cfg)

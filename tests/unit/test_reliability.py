@@ -230,7 +230,8 @@ SETTINGS = dict(stage="perm_fig1", results_dir="x", figures_dir="y", device="cpu
                 perm=perm_section(lam=3.0, alpha_solver="gd", global_lr=0.1, update_every=2, warmup_rounds=2,
                                   alpha_init="estimate"),
                 perfedavg=perfedavg_section(alpha=0.02), pfedme=pfedme_section(personal_lr=0.01, lam=15.0),
-                perm_torchfed={"warmup_rounds": 2})
+                perm_torchfed={"warmup_rounds": 2}, ditto={"lam": 0.1, "personal_steps": None},
+                perm_alpha=perm_section(lam=3.0, alpha_solver="gd", global_lr=0.1, update_every=2))
 
 
 class _Interrupted(Exception):

@@ -1,5 +1,6 @@
 """Federated and personalized learning algorithms, all batched on the engine."""
 from .base import Algorithm
+from .ditto import Ditto
 from .fedavg import FedAvg, Local, LocalizedFedAvg
 from .local_update import MAML, LocalUpdate, QuadraticLocalUpdate, ServerOpt, fedprox, fedsgd, fomaml, lookahead
 from .local_update import fedavg as fedavg_preset
@@ -10,7 +11,8 @@ from .perm_hetero import PartialFedAvg, PERMHetero
 from .pfedme import PFedMe
 
 __all__ = [
-    "Algorithm", "Local", "FedAvg", "LocalizedFedAvg", "PerFedAvg", "PFedMe", "PERM", "PERMHetero", "PartialFedAvg",
+    "Algorithm", "Local", "FedAvg", "LocalizedFedAvg", "PerFedAvg", "PFedMe", "Ditto", "PERM", "PERMHetero",
+    "PartialFedAvg",
     "LocalUpdate", "MAML", "QuadraticLocalUpdate", "ServerOpt", "minibatch_sgd", "lookahead", "fedsgd",
     "fedavg_preset", "fedprox", "fomaml", "maml",
 ]

@@ -13,8 +13,8 @@ from ..engine.local_sgd import expand_schedule, local_sgd
 from ..engine.params import Params, broadcast, take
 from ..checks import check_positive
 from .base import BaseState, check_batch_size, eval_generator
-from .round import (WEIGHTINGS, Outputs, Pass, PassRound, aggregate, check_aggregator, client_weights, local_round,
-                    mask_extra, project_ball, sample_clients, takes_every_client)
+from .round import (WEIGHTINGS, Outputs, Pass, Passes, PassRound, aggregate, check_aggregator, client_weights,
+                    local_round, mask_extra, project_ball, sample_clients, takes_every_client)
 from .server_opt import ServerOpt
 
 
@@ -148,7 +148,14 @@ class FederatedRound(PassRound):
         w, server = step(s.w, avg, s.server)
         if self.radius is not None:
             w = project_ball(w, self.radius)
-        return replace(s, round=s.round + 1, w=w, server=server)
+        return (yield from self.after_passes(s, replace(s, round=s.round + 1, w=w, server=server), clients))
+
+    def after_passes(self, before: FedAvgState, after: FedAvgState, clients: Tensor) -> Passes:
+        """Passes after the server step, on the round's participants that answered (``before``: the state the
+        round started from, ``after``: the state after the server step); returns the round's new state. None
+        by default; Ditto's personal models are trained here."""
+        return after
+        yield
 
     def personalize_pass(self, s: FedAvgState) -> Pass:
         return Pass("global_model", torch.arange(s.data.num_clients), s.w, eval_generator(s), shared=True)

@@ -18,7 +18,7 @@ import torch
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from .. import model_store, progress
-from ..algorithms import FedAvg, Local, LocalizedFedAvg, PerFedAvg, PFedMe
+from ..algorithms import Ditto, FedAvg, Local, LocalizedFedAvg, PerFedAvg, PFedMe
 from ..algorithms.perm import ALPHA_INITS, ALPHA_SOLVERS, PERM
 from ..algorithms.perm_hetero import PartialFedAvg, PERMHetero
 from ..algorithms.round import WEIGHTINGS
@@ -76,6 +76,14 @@ class PFedMeSection(Section):
     beta: float = Field(gt=0)
 
 
+class DittoSection(Section):
+    """Ditto's personal models (see pflkit.algorithms.ditto.Ditto): the pull lambda towards the global model and
+    their SGD steps per round (null: local_steps); both models step at lr['ditto'] (one learning rate, as
+    ``lr_sweep`` tunes one per method)."""
+    lam: float = Field(ge=0)
+    personal_steps: int | None = Field(ge=1)
+
+
 def _local(m, c):
     return Local(m, local_steps=c.local_steps, lr=c.lr["local"], batch_size=c.batch_size)
 
@@ -131,6 +139,12 @@ def _pfedme(m, c):
                   batch_size=c.batch_size, inner_steps=p.inner_steps, beta=p.beta, **_server(c))
 
 
+def _ditto(m, c):
+    d = c.ditto
+    return Ditto(m, lr=c.lr["ditto"], local_steps=c.local_steps, batch_size=c.batch_size, lam=d.lam,
+                 personal_lr=c.lr["ditto"], personal_steps=d.personal_steps or c.local_steps, **_server(c))
+
+
 #: PERM-hetero's method keys -> the discrepancy each runs with (None: the ``perm`` section's; 'paper': Sec. 3.3's D
 #: as written, shown beside it)
 PERM_HETERO_DISCREPANCY = {"perm_hetero": None, "perm_hetero_paper": "paper"}
@@ -169,11 +183,16 @@ class Method(NamedTuple):
     ``federated``, ``tolerates_missing``), the factory reading the config's fields, and the stages that run it:
     ``family`` "curves" (PERM's curve, timing and Flower stages: ``make(model, cfg)``) or "hetero" (perm_hetero,
     whose clients train sub-models: ``make(model, cfg, spec, fractions)``, the width spec and each client's
-    budget)."""
+    budget); ``needs``: the config fields of the method's own settings, which a stage gives only when its
+    ``methods`` lists the method (``missing_settings``)."""
     name: str
     make: Callable
     algorithm: type
     family: Literal["curves", "hetero"] = "curves"
+    needs: tuple[str, ...] = ()
+    #: whether the PERM paper runs the method (its claims compare PERM with these only); False: a baseline
+    #: beyond the paper, compared with PERM in a ledger row of its own (``claim_perm_vs_<key>``)
+    paper: bool = True
 
 
 # method key (params.yaml) -> Method: the one registry of every stage that runs methods by key (charles_nn's grids
@@ -181,13 +200,16 @@ class Method(NamedTuple):
 METHODS: dict[str, Method] = {
     "local": Method("Local", _local, Local),
     "fedavg": Method("FedAvg", _fedavg, FedAvg),
-    "localized_fedavg": Method("Localized FedAvg", _localized, LocalizedFedAvg),
+    "localized_fedavg": Method("Localized FedAvg", _localized, LocalizedFedAvg,
+                               needs=("finetune_steps", "finetune_lr")),
     "perm": Method("PERM", _perm, PERM),
-    "perm_alpha": Method("PERM (alpha visits)", lambda m, c: _perm(m, c, "perm_alpha", "alpha"), PERM),
-    "perm_torchfed": Method("PERM (TorchFed shuffle)", _perm_torchfed, PERM),
-    "perfedavg_fo": Method("Per-FedAvg (FO)", _perfedavg("fo"), PerFedAvg),
-    "perfedavg_hf": Method("Per-FedAvg (HF)", _perfedavg("hf"), PerFedAvg),
-    "pfedme": Method("pFedMe", _pfedme, PFedMe),
+    "perm_alpha": Method("PERM (alpha visits)", lambda m, c: _perm(m, c, "perm_alpha", "alpha"), PERM,
+                         needs=("perm_alpha",)),
+    "perm_torchfed": Method("PERM (TorchFed shuffle)", _perm_torchfed, PERM, needs=("perm_torchfed",)),
+    "perfedavg_fo": Method("Per-FedAvg (FO)", _perfedavg("fo"), PerFedAvg, needs=("perfedavg",)),
+    "perfedavg_hf": Method("Per-FedAvg (HF)", _perfedavg("hf"), PerFedAvg, needs=("perfedavg",)),
+    "pfedme": Method("pFedMe", _pfedme, PFedMe, needs=("pfedme",)),
+    "ditto": Method("Ditto", _ditto, Ditto, needs=("ditto",), paper=False),
     "perm_hetero": Method("PERM-hetero", _perm_hetero("perm_hetero"), PERMHetero, "hetero"),
     "perm_hetero_paper": Method("PERM-hetero (paper D)", _perm_hetero("perm_hetero_paper"), PERMHetero, "hetero"),
     "heterofl": Method("HeteroFL + FT", _partial("heterofl", "static"), PartialFedAvg, "hetero"),
@@ -199,6 +221,8 @@ METHODS: dict[str, Method] = {
 
 #: the method keys of PERM (Alg. 1 first) and its variants, each with its own section of the curve stages
 PERM_VARIANTS = ("perm", "perm_alpha", "perm_torchfed")
+#: the baselines beyond the PERM paper (``Method.paper`` False)
+BEYOND_PAPER = tuple(k for k, m in METHODS.items() if not m.paper)
 
 
 def family(name: str) -> tuple[str, ...]:
@@ -226,6 +250,13 @@ def step_sizes(keys: tuple[str, ...]):
 CurveStepSizes, HeteroStepSizes = step_sizes(CURVE_METHODS), step_sizes(HETERO_METHODS)
 
 
+def missing_settings(cfg) -> list[tuple[str, str]]:
+    """The problems when a method of ``cfg.methods`` lacks its own settings (``Method.needs``: null or not given;
+    none: every listed method has them)."""
+    return [(key, f"not given, but methods lists {k}: give its settings")
+            for k in cfg.methods for key in METHODS[k].needs if getattr(cfg, key, None) is None]
+
+
 def missing_lrs(lr: dict, methods: list[str]) -> list[tuple[str, str]]:
     """The problem when a method of ``methods`` has no step size in ``lr`` (none: every method has one)."""
     missing = [m for m in methods if m not in lr]
@@ -239,8 +270,9 @@ class RunConfig(StageConfig):
     local_steps: int = Field(ge=1)
     batch_size: int = Field(ge=1)
     lr: CurveStepSizes
-    finetune_steps: int = Field(ge=1)
-    finetune_lr: float = Field(gt=0)
+    #: localized FedAvg's fine-tuning (given where methods lists localized_fedavg)
+    finetune_steps: int | None = Field(None, ge=1)
+    finetune_lr: float | None = Field(None, gt=0)
     methods: MethodNames
     seeds: Seeds
     eval_every: int = Field(ge=1)
@@ -251,17 +283,18 @@ class RunConfig(StageConfig):
     #: minibatch draws of every method: with replacement, or shuffled passes over each client's rows
     batch_order: Literal[BATCH_ORDERS]
     perm: PermSection
-    perm_alpha: PermSection  # method perm_alpha: PERM(visit='alpha') with its own lambda etc.
-    #: method perm_torchfed: PERM(visit='interpolate'), TorchFed's fedshuffle rule; null where no method runs it
-    perm_torchfed: TorchFedSection | None
-    perfedavg: PerFedAvgSection
-    pfedme: PFedMeSection
+    #: each method's own settings, given where methods lists it (``Method.needs``): perm_alpha is PERM(visit='alpha')
+    #: with its own lambda etc., perm_torchfed PERM(visit='interpolate'), TorchFed's fedshuffle rule; ditto a
+    #: baseline beyond the papers (Li et al. 2021)
+    perm_alpha: PermSection | None = None
+    perm_torchfed: TorchFedSection | None = None
+    perfedavg: PerFedAvgSection | None = None
+    pfedme: PFedMeSection | None = None
+    ditto: DittoSection | None = None
 
     @model_validator(mode="after")
     def _lr_for_each_method(self):
-        raise_problems(missing_lrs(self.lr, self.methods))
-        if "perm_torchfed" in self.methods and self.perm_torchfed is None:
-            raise_problems([("perm_torchfed", "null, but methods lists perm_torchfed: give its PERM section")])
+        raise_problems(missing_lrs(self.lr, self.methods) + missing_settings(self))
         clients = getattr(self, "num_clients", None)
         if self.clients_per_round is not None and clients is not None and self.clients_per_round > clients:
             raise_problems([("clients_per_round", f"{self.clients_per_round} > num_clients = {clients} "
@@ -278,13 +311,17 @@ class RunConfig(StageConfig):
 
 
 def perm_claim(table: pd.DataFrame, metric: str = "accuracy_mean", perm: str = "PERM",
-               history: pd.DataFrame | None = None) -> dict | None:
+               history: pd.DataFrame | None = None, against: list[str] | None = None) -> dict | None:
     """The paper's claim for its curve figures: ``perm``'s final personalized accuracy (mean over seeds)
-    is at least every other method's (the majority-class baseline and the other PERM variants aside).
-    None when ``perm`` or every other method is missing from ``table``. With the run's ``history``, also how
-    far the margin moves between seeds (``seed_margins``): ``seeds``, and with two or more, ``margin_sd``,
-    the claims ledger's "inconclusive" test."""
-    others = table[[not (str(m).startswith("PERM") or m == "Majority class") for m in table.index]][metric]
+    is at least every other method's the paper runs (the majority-class baseline, the other PERM variants and
+    the baselines beyond the paper aside; ``against``: these display names instead). None when ``perm`` or
+    every other method is missing from ``table``. With the run's ``history``, also how far the margin moves
+    between seeds (``seed_margins``): ``seeds``, and with two or more, ``margin_sd``, the claims ledger's
+    "inconclusive" test."""
+    beyond = {METHODS[k].name for k in BEYOND_PAPER}
+    keep = [m in against if against is not None
+            else not (str(m).startswith("PERM") or m == "Majority class" or m in beyond) for m in table.index]
+    others = table[keep][metric]
     if perm not in table.index or others.empty:
         return None
     best = others.idxmax()
@@ -334,6 +371,10 @@ def run_curves(cfg: RunConfig, model_factory: Callable, data_for_seed: Callable[
     claim = perm_claim(table, history=history)
     if claim is not None:
         metrics["claim_perm_best"] = claim
+    for key in BEYOND_PAPER:  # PERM against each baseline beyond the paper, apart from the paper's claim
+        claim = perm_claim(table, history=history, against=[METHODS[key].name])
+        if claim is not None:
+            metrics[f"claim_perm_vs_{key}"] = claim
     for key in PERM_VARIANTS[1:]:  # the variants, each reported apart (never as "PERM")
         claim = perm_claim(table, perm=METHODS[key].name, history=history)
         if claim is not None:

@@ -644,11 +644,11 @@ class PermFig3Config(StageConfig):
     repeats: int = Field(ge=1)
     #: the methods' step sizes and localized FedAvg's fine-tuning (a timing: any small step will do)
     lr: CurveStepSizes
-    finetune_steps: int = Field(ge=1)
-    finetune_lr: float = Field(gt=0)
+    finetune_steps: int | None = Field(None, ge=1)
+    finetune_lr: float | None = Field(None, gt=0)
     perm: PermSection
-    pfedme: PFedMeSection
-    perfedavg: PerFedAvgSection
+    pfedme: PFedMeSection | None = None  # each method's own settings, given where methods lists it
+    perfedavg: PerFedAvgSection | None = None
 
     @field_validator("threads", mode="before")
     @classmethod
@@ -657,7 +657,7 @@ class PermFig3Config(StageConfig):
 
     @model_validator(mode="after")
     def _lr_for_each_method(self):
-        raise_problems(missing_lrs(self.lr, self.methods))
+        raise_problems(missing_lrs(self.lr, self.methods) + curves.missing_settings(self))
         return self
 
     def memory_estimate(self) -> tuple[int, str]:

@@ -14,8 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..checks import check_int
 from ..divergence import DIVERGE_FACTOR
-from ..algorithms import (MAML, PERM, FedAvg, Local, LocalizedFedAvg, LocalUpdate, PartialFedAvg, PerFedAvg, PERMHetero,
-                          PFedMe)
+from .. import algorithms
 from ..algorithms.server_opt import ServerOpt
 from ..data.federated import BATCH_ORDERS, FederatedDataset
 from ..data.synthetic import perm_synthetic
@@ -23,11 +22,11 @@ from ..engine.functional import FunctionalModel
 from ..models import MODELS, build
 from ..theory.surrogate import Theta
 
-#: the algorithm classes a federated engine knows by name; any other method is named by its import path
-#: ("package.module:Class", every process of a run imports it). A class runs only where its ``federated``
-#: is True; otherwise that attribute says why it cannot.
-METHODS: dict[str, type] = {cls.__name__: cls for cls in (FedAvg, LocalizedFedAvg, PerFedAvg, PFedMe, PERM,
-                                                          LocalUpdate, MAML, Local, PartialFedAvg, PERMHetero)}
+#: the algorithm classes a federated engine knows by name: every method class ``pflkit.algorithms`` exports (one
+#: written as passes); any other method is named by its import path ("package.module:Class", every process of a
+#: run imports it). A class runs only where its ``federated`` is True; otherwise that attribute says why it cannot.
+METHODS: dict[str, type] = {name: cls for name in algorithms.__all__
+                            if isinstance(cls := getattr(algorithms, name), type) and hasattr(cls, "round_passes")}
 #: setting values that are objects, as plain JSON ({"<type>": its fields}) and back
 _VALUE_TYPES = {"ServerOpt": ServerOpt, "Theta": Theta}
 
