@@ -75,7 +75,7 @@ def test_stage_writes_report_metrics_models_and_its_plot_stage_the_figures(tmp_p
     _run([sys.executable, "-m", "pflkit", "stage", STAGE, NOTEBOOK], proj)
     assert not (proj / "figures").exists(), "a compute stage draws no figure"
     models = sorted(p.name for p in (proj / "models/perm_fig1").iterdir())
-    assert "PERM__seed1.pt" in models and "index.json" in models and len(models) == 6 * 2 + 1
+    assert "PERM__seed1.pt" in models and "index.json" in models and len(models) == 7 * 2 + 1
     _run([sys.executable, "-m", "pflkit", "stage", PLOT, PLOT_NOTEBOOK], proj)
     assert (proj / "reports/perm/fig1_synthetic.ipynb").stat().st_size > 0
     metrics = json.loads((proj / "results/perm_fig1/metrics.json").read_text())
@@ -83,7 +83,7 @@ def test_stage_writes_report_metrics_models_and_its_plot_stage_the_figures(tmp_p
     run_info = json.loads((proj / "results/perm_fig1/run.json").read_text())
     assert run_info["data"]["num_clients"] == 6 and run_info["config"]["rounds"] == 2
     assert set(metrics["final"]) == {"Local", "FedAvg", "Localized FedAvg", "PERM", "Per-FedAvg (FO)", "pFedMe",
-                                     "Majority class"}
+                                     "Ditto", "Majority class"}
     assert 0.0 <= metrics["final"]["FedAvg"]["accuracy_mean"] <= 1.0
     # the runner wrote the stage's headline (its DVC metrics) from metrics.json
     head = json.loads((proj / "results/perm_fig1/headline.json").read_text())["perm_fig1"]
