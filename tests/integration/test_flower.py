@@ -146,6 +146,21 @@ def test_deployment_reproduces_fedavg_and_perm_and_leaves_no_process(tmp_path):
     assert [len(r["round_seconds"]) for r in results["runs"]] == [ROUNDS, ROUNDS]
 
 
+def test_deployment_reproduces_ditto_whose_rounds_take_two_passes(tmp_path):
+    """Ditto (a FedAvg pass, then the personal pass on the same 2 of 3 participants) on stock SuperNodes with TLS and
+    node authentication: the final metrics and the server's global and personal models equal the in-process run's
+    (tolerances of ``_check_equivalence``)."""
+    ditto = _algorithms(more=True)[-1]
+    assert isinstance(ditto, Ditto)
+    spec = RunSpec.for_algorithm(ditto, model={"name": "logistic"}, data={"name": "perm_synthetic", "kwargs": DATA},
+                                 seed=SEED, rounds=ROUNDS, eval_every=ROUNDS, timeout=120.0)
+    dep = Deployment(DATA["num_clients"], tmp_path / "dep")
+    dep.hold_data(spec.federation(), spec.federation_key())
+    with dep:
+        results = dep.submit([spec]).wait(600)
+    _check_equivalence(results, methods=[ditto])
+
+
 def test_pflkit_leaves_every_attribute_of_flower_as_it_found_it(tmp_path):
     """tests/integration/flower_untouched.py: every attribute of every imported flwr module (and of the classes
     they define) recorded, a simulation run (its ServerApp in that process) and a deployment run, recorded again:
