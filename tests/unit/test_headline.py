@@ -82,9 +82,10 @@ def test_every_compute_stage_declares_its_headline_as_a_git_kept_dvc_metric():
 
 
 @pytest.mark.parametrize("stage", [s.name for s in stages.compute_stages()])
-def test_recorded_headline_has_every_entry_of_the_table_and_at_most_ten_numbers(stage):
+def test_recorded_headline_has_every_entry_of_the_table_and_a_few_numbers(stage):
     """The headline files in git are the default pipeline's recorded run: each names every entry of its
-    stage's row (a typo in a path would leave one out) and holds a few numbers."""
+    stage's row (a typo in a path would leave one out) and holds a few numbers: at most 14, perm_fig2's nine
+    methods' accuracies, three margins and its substitute flag being the most."""
     recorded = json.loads((ROOT / "results" / stage / "headline.json").read_text())
     assert list(recorded) == [stage]
     recorded = recorded[stage]
@@ -93,4 +94,4 @@ def test_recorded_headline_has_every_entry_of_the_table_and_at_most_ten_numbers(
 
     def count(node):
         return sum(count(v) for v in node.values()) if isinstance(node, dict) else int(not isinstance(node, str))
-    assert 1 <= count(recorded) <= 12
+    assert 1 <= count(recorded) <= 14
