@@ -28,7 +28,7 @@ from ..engine.local_sgd import expand_schedule, local_sgd
 from ..engine.params import Params, broadcast, take
 from .base import eval_generator
 from .fedavg import FedAvg, FedAvgState
-from .round import Outputs, Pass
+from .round import Outputs, Pass, prefixed, unprefixed
 
 
 @dataclass
@@ -47,9 +47,7 @@ class Ditto(FedAvg):
                  personal_lr: float, personal_steps: int, clients_per_round: int | None, weighting: str):
         super().__init__(model, local_steps=local_steps, lr=lr, batch_size=batch_size,
                          clients_per_round=clients_per_round, weighting=weighting)
-        if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not lam >= 0:
-            raise ValueError(f"lam must be a number >= 0 (0: no pull towards the global model), got {lam!r}")
-        self.lam = float(lam)
+        self.lam = float(check_positive("lam", lam, allow_zero=True))  # 0: no pull towards the global model
         self.personal_lr = check_positive("personal_lr", personal_lr)
         self.personal_steps = check_positive("personal_steps", personal_steps, integer=True)
 
@@ -60,7 +58,7 @@ class Ditto(FedAvg):
     def personal_update(self, v: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
         """The participants' personal models [M, ..] after ``personal_steps`` proximal SGD steps towards the
         round's global model (``extra``'s ``anchor.*``, [M, ..])."""
-        anchor = {k[len("anchor."):]: t for k, t in extra.items() if k.startswith("anchor.")}
+        anchor = unprefixed("anchor", extra)
         out, _ = local_sgd(self.model, v, data, clients, steps=self.personal_steps, lr=self.personal_lr,
                            batch_size=self.batch_size, generator=generator, prox=self.lam,
                            anchor=anchor if self.lam else None)
@@ -68,7 +66,7 @@ class Ditto(FedAvg):
 
     def after_passes(self, before: DittoState, after: DittoState, clients: Tensor):
         """The personal pass on the round's participants, anchored at the round's global model w^t."""
-        anchor = {"anchor." + k: t for k, t in broadcast(before.w, len(clients)).items()}
+        anchor = prefixed("anchor", broadcast(before.w, len(clients)))
         out = yield Pass("personal_update", clients, take(before.v, clients), after.generator,
                          expand_schedule(clients, self.personal_steps), self.batch_size, extra=anchor)
         if isinstance(out, Outputs):  # some participants did not answer: theirs stay

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 from torch.func import grad, vmap
 
+from ..data.draws import ClientDraws, LaneDraws
 from ..data.federated import FederatedDataset
 from ..data.quadratic_clients import QuadraticClients
 from ..engine.local_sgd import expand_schedule
@@ -140,12 +141,15 @@ def setting_chunks(idx: Tensor, settings_chunk: int | None) -> list[Tensor]:
 
 class LocalUpdateGrid(PassRound):
     """LocalUpdate(Theta_{1:K}, alpha, gamma, B, M, ServerOpt) for G settings at once (the Charles et al.
-    grids): one round = M clients (one draw, shared by all settings), then for each distinct alpha (and
-    ``settings_chunk`` settings at a time) one pass of ``updates`` over (settings x clients) stacked models
+    grids): one round = M clients (one draw, shared by all settings) and one key, then for each distinct alpha
+    (and ``settings_chunk`` settings at a time) one pass of ``updates`` over (settings x clients) stacked models
     returning sum_k g_k; q = the mean over clients; each setting's server step is ``momentum_step`` with its
-    lr, momentum and Nesterov flag (gd, heavy-ball and Nesterov settings step together). Each setting alone
-    is ``LocalUpdate`` (tested). ``settings_chunk`` bounds memory to chunk x M models; the draws then come in
-    another order, so a chunked run is deterministic but not equal to an unchunked one."""
+    lr, momentum and Nesterov flag (gd, heavy-ball and Nesterov settings step together). Every setting's copy
+    of the clients draws from the round's key what those clients draw alone (``data.draws.LaneDraws``: the
+    settings of a round share their rows, common random numbers), so a setting's trajectory does not depend on
+    which settings share its passes, how they are chunked or grouped by alpha, or when others diverge: each
+    setting is a cell of its own (``pflkit.cells``; tests/unit/test_cells.py, exactly), and alone it is
+    ``LocalUpdate`` draw for draw (tested)."""
 
     client_steps = PassRound.client_steps + ("updates",)
     federated = "a grid of settings is one batch in one process (run a setting on its own as LocalUpdate)"
@@ -172,13 +176,15 @@ class LocalUpdateGrid(PassRound):
         data, x, dev = s.data, s.x, s.data.device
         m = min(self.clients_per_round or data.num_clients, data.num_clients)
         clients = sample_clients(data.num_clients, m, s.generator)
+        key = ClientDraws.drawn_from(s.generator).key  # where LocalUpdate's one pass draws its key
         q = {k: torch.zeros_like(v) for k, v in x.items()}
         live = s.alive.nonzero().flatten().tolist()
         for a in sorted({self.alpha[g] for g in live}):
             for idx in setting_chunks(torch.tensor([g for g in live if self.alpha[g] == a]), self.settings_chunk):
                 at, many = idx.to(dev), clients.repeat(len(idx))
                 acc = yield Pass("updates", many, {k: v[at].repeat_interleave(m, 0) for k, v in x.items()},
-                                 s.generator, expand_schedule(many, self.local_steps), self.batch_size,
+                                 LaneDraws(key, len(idx), m), expand_schedule(many, self.local_steps),
+                                 self.batch_size,
                                  extra={"gamma": self.gamma[at].repeat_interleave(m),
                                         "alpha": torch.full((len(many),), a, dtype=torch.float64)})
                 for k in q:

@@ -208,14 +208,25 @@ class Outputs(dict):
         self.answered = answered
 
 
+def prefixed(prefix: str, models: Params) -> dict[str, Tensor]:
+    """Stacked per-model tensors [M, ..] (masks, an anchor model) as a pass's per-model values, each name under
+    ``prefix`` (``unprefixed`` reads them back in the step)."""
+    return {f"{prefix}.{k}": t for k, t in models.items()}
+
+
+def unprefixed(prefix: str, extra: dict[str, Tensor]) -> Params:
+    """The per-model values a pass carries under ``prefix`` (``prefixed``'s), by their own names."""
+    head = prefix + "."
+    return {k[len(head):]: t for k, t in extra.items() if k.startswith(head)}
+
+
 def mask_extra(masks: Params | None) -> dict[str, Tensor]:
     """Sub-model masks [M, ..] as a pass's per-model values (``masks_of`` reads them back in the step)."""
-    return {} if masks is None else {"mask." + k: m for k, m in masks.items()}
+    return {} if masks is None else prefixed("mask", masks)
 
 
 def masks_of(extra: dict[str, Tensor]) -> Params | None:
-    masks = {k[len("mask."):]: m for k, m in extra.items() if k.startswith("mask.")}
-    return masks or None
+    return unprefixed("mask", extra) or None
 
 
 def run_step(algorithm, p: Pass, data: FederatedDataset) -> Params:

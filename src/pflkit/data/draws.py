@@ -55,6 +55,29 @@ class ClientDraws:
         return out
 
 
+class LaneDraws(ClientDraws):
+    """The draws of a pass over ``lanes`` copies of the same ``width`` clients, laid out copy-major (entry
+    ``lane * width + j`` is client j of copy ``lane``; every draw's entries in row-major order, the models last):
+    each copy draws what those ``width`` clients draw alone from ``key`` (one set of streams, drawn once and
+    repeated over the copies). A grid of settings (``LocalUpdateGrid``) draws so: every setting's rows and
+    dropout masks are what it draws alone, whichever settings share its pass."""
+
+    def __init__(self, key: int, lanes: int, width: int):
+        super().__init__(key)
+        self.lanes, self.width = int(lanes), int(width)
+
+    def per_client(self, clients: Tensor, draw) -> Tensor:
+        if clients.numel() % (self.lanes * self.width):
+            raise ValueError(f"a pass of {self.lanes} copies of {self.width} clients got {clients.numel()} entries")
+        grid = clients.reshape(-1, self.lanes, self.width)
+        if not bool((grid == grid[:, :1]).all()):
+            raise ValueError("every copy of a LaneDraws pass must list the same clients in the same order")
+        one = super().per_client(grid[:, 0].reshape(-1), draw)  # [rows * width, ...]: what one copy draws
+        rest = one.shape[1:]
+        one = one.reshape(grid.shape[0], 1, self.width, *rest)
+        return one.expand(grid.shape[0], self.lanes, self.width, *rest).reshape(clients.numel(), *rest)
+
+
 def as_draws(generator: torch.Generator | ClientDraws) -> ClientDraws:
     """``generator`` if it is a pass's draws already, else draws keyed from it."""
     return generator if isinstance(generator, ClientDraws) else ClientDraws.drawn_from(generator)

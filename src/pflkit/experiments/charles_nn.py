@@ -29,6 +29,7 @@ substitutes named in params.yaml. The FEMNIST CNN trains with its dropout layers
 """
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import asdict, dataclass, replace
@@ -43,7 +44,7 @@ from pydantic import Field, model_validator
 from torch import Tensor
 
 from ..checks import check_int
-from .. import model_store, runner
+from .. import cells, model_store, runner
 from ..algorithms.local_update import LocalUpdateGrid, setting_chunks
 from ..algorithms.server_opt import MOMENTUM_KINDS, SERVER_LABELS
 from ..config import (HLDA_DEFAULTS, PARTITION_OPTIONS, DatasetName, NonNegatives, PositiveInt, Positives,
@@ -64,7 +65,7 @@ from ..models.femnist import femnist_cnn
 from ..models.lstm import char_lstm
 from ..models.resnet import resnet18_gn
 from ..progress import note
-from ..report import StageResult, environment
+from ..report import StageResult, environment, provenance, results_origin
 from .images import dataset_record, image_federation
 
 SERVER_KINDS = MOMENTUM_KINDS  # a grid steps its gd, heavy-ball and Nesterov settings together
@@ -127,9 +128,9 @@ def run_grid(model: FunctionalModel, data: FederatedDataset, settings: list[Sett
     run on (the paper profile: a whole tune window).
 
     ``settings_chunk``: at most this many settings per client pass and per evaluation call (bounds memory
-    to chunk x M models, e.g. ResNet-18 grids at paper scale); the minibatch draws then come in a
-    different order, so a chunked run is deterministic but not equal to an unchunked one. None: one pass
-    per alpha (the default, and what the CPU-scale stages run)."""
+    to chunk x M models, e.g. ResNet-18 grids at paper scale); every setting draws what it draws alone, so a
+    chunked run equals an unchunked one exactly (tests/unit/test_cells.py). None: one pass per alpha (the
+    default, and what the CPU-scale stages run)."""
     if not settings:
         raise ValueError("settings must list at least one Setting")
     for name, v in (("rounds", rounds), ("local_steps", local_steps), ("batch_size", batch_size),
@@ -527,6 +528,7 @@ class TaskRuns:
     labels: dict
     models: dict
     scale: str
+    cells: dict  # run.json: the executor, the store, per task the cells computed and found in the store
 
 
 def _task_setup(cfg: NNConfig, t: TaskSection):
@@ -540,16 +542,111 @@ def _task_setup(cfg: NNConfig, t: TaskSection):
     return task, data, model, make_evaluator(model, {cfg.eval_split: batch})
 
 
+#: what a grid cell's result depends on besides its task and setting (settings_chunk and threads do not: a
+#: cell draws its own streams, ``data.draws.LaneDraws``)
+CELL_KEYS = ("local_steps", "eval_every", "eval_samples", "diverge_factor", "diverge_patience", "seed",
+             "batch_order", "device")
+
+
+def grid_cells(cfg: NNConfig, name: str, settings: list[Setting], data: FederatedDataset) -> list[cells.Cell]:
+    """The cells of task ``name``: one per setting, keyed by the task's section, the setting (its curve label
+    aside), the stage's run settings (``CELL_KEYS``, the split it evaluates), the federation's digest and the
+    code (``cells.code_digest`` of this module)."""
+    run = {k: getattr(cfg, k) for k in CELL_KEYS} | {"eval_split": cfg.eval_split}
+    task = cfg.tasks[name].model_dump(mode="json")
+    digest, code = data_digest(data), cells.code_digest(__name__)
+    out = []
+    for s in settings:
+        setting = {k: v for k, v in asdict(s).items() if k != "variant"}
+        config = {"task": task, "setting": setting, "run": run}
+        label = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in setting.items())
+        out.append(cells.Cell(f"{name}: {label}", name, config, cells.cell_key(config, digest, code)))
+    return out
+
+
+_KEPT: dict = {}  # the last task this process set up (a Ray worker computes pack after pack of one task)
+
+
+def _kept_setup(cfg: NNConfig, t: TaskSection):
+    """``_task_setup`` of the last task asked for again without rebuilding it (keyed by the task's section and
+    what the setup reads)."""
+    key = json.dumps([t.model_dump(mode="json"), cfg.device, cfg.seed, cfg.batch_order, cfg.eval_split,
+                      cfg.eval_samples], sort_keys=True, default=str)
+    if key not in _KEPT:
+        _KEPT.clear()
+        _KEPT[key] = _task_setup(cfg, t)
+    return _KEPT[key]
+
+
+def compute_cells(cfg: NNConfig, pack: list[cells.Cell]) -> list[tuple[dict, dict]]:
+    """One pack of one task's cells as one ``run_grid`` (``settings_chunk`` at a time): per cell its record
+    (history rows [round, metric, value] in evaluation order, the round and reason it diverged or None, its
+    share of the pack's seconds, the device) and its final model's tensors."""
+    name = pack[0].group
+    t = cfg.tasks[name]
+    _, data, model, evaluate = _kept_setup(cfg, t)
+    settings = [Setting(**c.config["setting"]) for c in pack]
+    run = run_grid(model, data, settings, rounds=t.rounds, local_steps=cfg.local_steps, batch_size=t.batch_size,
+                   clients_per_round=t.clients_per_round, seed=cfg.seed, evaluate=evaluate,
+                   eval_every=cfg.eval_every, diverge_factor=cfg.diverge_factor,
+                   diverge_patience=cfg.diverge_patience, watch=f"{cfg.eval_split}_loss",
+                   label=f"{cfg.stage} {name}: ", settings_chunk=cfg.settings_chunk)
+    out = []
+    for g in range(len(pack)):
+        h = run.history[run.history["setting"] == g]
+        d = run.diverged[run.diverged["setting"] == g]
+        caught = None if d.empty else {"round": int(d["round"].iloc[0]), "reason": str(d["reason"].iloc[0])}
+        record = {"history": [[int(r), str(m), float(v)] for r, m, v in zip(h["round"], h["metric"], h["value"])],
+                  "diverged": caught,
+                  "seconds": run.seconds / len(pack), "device": str(data.device)}
+        out.append((record, {k: v[g].clone() for k, v in run.params.items()}))
+    return out
+
+
+def _assemble(settings: list[Setting], results: list[tuple[dict, dict]]) -> GridRun:
+    """The grid's run from its cells' stored results, laid out as one ``run_grid`` of all settings writes it
+    (history by round, metric, setting; diverged by round, setting; final models stacked [G, ...])."""
+    rows, dead, order = [], [], {}
+    for g, (record, _) in enumerate(results):
+        for r, m, v in record["history"]:
+            order.setdefault(m, len(order))
+            rows.append({"round": r, "setting": g, "metric": m, "value": math.nan if v is None else v})
+        if record["diverged"] is not None:
+            dead.append({"setting": g, **record["diverged"]})
+    rows.sort(key=lambda row: (row["round"], order[row["metric"]], row["setting"]))
+    dead.sort(key=lambda row: (row["round"], row["setting"]))
+    meta = pd.DataFrame([{"setting": g, "gamma": s.gamma, "eta": s.eta, "server": s.server,
+                          "momentum": s.momentum, "alpha": s.alpha, "variant": s.variant}
+                         for g, s in enumerate(settings)])
+    history = pd.DataFrame(rows, columns=["round", "setting", "metric", "value"]).merge(meta, on="setting")
+    diverged = pd.DataFrame(dead, columns=["setting", "round", "reason"]).merge(meta, on="setting")
+    params = {k: torch.stack([tensors[k] for _, tensors in results]) for k in results[0][1]}
+    return GridRun(history, diverged, sum(record["seconds"] for record, _ in results), params)
+
+
 def _run_tasks(cfg: NNConfig, settings: list[Setting]) -> TaskRuns:
-    """run_grid on every task, watching the loss of ``cfg.eval_split`` for divergence."""
-    hist, dead, records, labels, models, scales = [], [], {}, {}, {}, []
+    """Every task's grid as cells (``pflkit.cells``: the store's, else computed on ``$PFLKIT_EXECUTOR``, local
+    by default; all tasks' cells in one go), assembled as one run_grid per task; the loss of ``cfg.eval_split``
+    is watched for divergence."""
+    hist, dead, records, labels, models, scales, counts = [], [], {}, {}, {}, [], []
+    store, executor = cells.default_store(results_origin(cfg.results_dir)[1]), cells.Executor.from_env()
+    tasks = {name: _task_setup(cfg, t)[:2] for name, t in cfg.tasks.items()}
+    grids = {name: grid_cells(cfg, name, settings, data) for name, (_, data) in tasks.items()}
+    everything = [c for grid in grids.values() for c in grid]
+    store.write_plan(cfg.stage, everything, provenance(cfg.results_dir)["settings"])
+
+    def memory(pack):
+        t = cfg.tasks[pack[0].group]
+        return sum(task_memory(t, len(pack), len(pack), cfg.settings_chunk, t.eval_samples or cfg.eval_samples)[:2])
+
+    done = cells.run_cells(cfg.stage, everything, compute_cells, cfg, store=store, executor=executor,
+                           pack_size=executor.pack_size, memory=memory)
+    results = dict(zip([c.key for c in everything], done.results))
     for name, t in cfg.tasks.items():
-        task, data, model, evaluate = _task_setup(cfg, t)
-        run = run_grid(model, data, settings, rounds=t.rounds, local_steps=cfg.local_steps,
-                       batch_size=t.batch_size, clients_per_round=t.clients_per_round, seed=cfg.seed,
-                       evaluate=evaluate, eval_every=cfg.eval_every, diverge_factor=cfg.diverge_factor,
-                       diverge_patience=cfg.diverge_patience, watch=f"{cfg.eval_split}_loss",
-                       label=f"{cfg.stage} {name}: ", settings_chunk=cfg.settings_chunk)
+        task, data = tasks[name]
+        run = _assemble(settings, [results[c.key] for c in grids[name]])
+        fresh = sum(c.key in done.computed_keys for c in grids[name])
+        counts.append({"task": name, "cells": len(grids[name]), "computed": fresh, "cached": len(grids[name]) - fresh})
         hist.append(run.history.assign(task=name))
         dead.append(run.diverged.assign(task=name))
         records[name] = {**task.record, "num_clients": data.num_clients, "rounds": t.rounds,
@@ -560,7 +657,8 @@ def _run_tasks(cfg: NNConfig, settings: list[Setting]) -> TaskRuns:
         scales.append(f"{name}: {task.model_desc}, N={data.num_clients}, M={t.clients_per_round}, "
                       f"B={t.batch_size}, {t.rounds} rounds")
     return TaskRuns(pd.concat(hist, ignore_index=True), pd.concat(dead, ignore_index=True), records, labels, models,
-                    f"K={cfg.local_steps}; " + "; ".join(scales))
+                    f"K={cfg.local_steps}; " + "; ".join(scales),
+                    {"executor": executor.describe(), "store": str(store.folder(cfg.stage)), "tasks": counts})
 
 
 def _info(cfg, runs: TaskRuns, start):
@@ -568,6 +666,7 @@ def _info(cfg, runs: TaskRuns, start):
     return {"stage": cfg.stage, "scale": runs.scale, "tasks": runs.records,
             "task_labels": [{"task": name, "label": label} for name, label in runs.labels.items()],
             "device": str(resolve_device(cfg.device)), "environment": environment(), "config": cfg.model_dump(),
+            "cells": runs.cells,
             "runtime_s": round(time.perf_counter() - start, 1)}
 
 
