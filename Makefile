@@ -79,15 +79,19 @@ canary: setup data
 FLOWER_ENGINE_TESTS := tests/integration/test_flower.py tests/integration/test_flower_killed_runner.py
 test: setup data lint
 	@mkdir -p build
+	@rm -rf build/smoke/cells
 	@$(PY) -m pytest notebooks tests/regression $(NBVAL) > build/test-notebooks.log 2>&1 & nb=$$!; \
 	$(PY) -m pytest tests/unit tests/integration -n 2 --dist loadgroup $(addprefix --ignore=,$(FLOWER_ENGINE_TESTS)); \
 	rc=$$?; \
 	wait $$nb; nbrc=$$?; echo "--- notebooks and the smoke-result regression (build/test-notebooks.log):"; \
 	cat build/test-notebooks.log; test $$rc -eq 0 -a $$nbrc -eq 0
 
-# the tests that skip in `make test` without the extras: Flower's and Ray's unit tests (after `make flower`) and
+# (the notebooks compute every cell: the smoke cell store, build/smoke/cells, is emptied first, so a run with
+# another thread count recomputes the grids rather than reading the last run's cells)
+# the tests that skip in `make test` without the extras: Flower's and Ray's unit tests (after `make flower`), the
+# grid cells on a two-node Ray cluster (tests/integration/test_cells_ray.py) and
 # the browser's (Debian's chromium; PFLKIT_REQUIRE_BROWSER=1 makes a missing browser fail instead of skip)
-EXTRA_TESTS := $(sort $(wildcard tests/unit/test_flower_*.py)) tests/unit/test_ray_start.py \
+EXTRA_TESTS := $(sort $(wildcard tests/unit/test_flower_*.py)) tests/unit/test_ray_start.py tests/integration/test_cells_ray.py \
 	tests/unit/test_claims_page.py tests/unit/test_dvc_plots.py
 test-extras: setup
 	$(PY) -m pytest $(EXTRA_TESTS) -n 2 --dist loadgroup -q
@@ -112,6 +116,7 @@ lint: setup
 
 # the notebook regression alone (nbval + smoke results); .ci/run repeats it with 2 threads
 test-notebooks: setup data
+	@rm -rf build/smoke/cells
 	$(PY) -m pytest notebooks tests/regression $(NBVAL)
 
 # rebuild every notebook from its py:percent twin and store its smoke outputs (nbval references)

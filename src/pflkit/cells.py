@@ -236,18 +236,19 @@ class Executor:
     KINDS = ("local", "ray")
 
     @classmethod
-    def parse(cls, text: str | None, **kw) -> Executor:
-        """``local`` | ``ray`` | ``ray:<address>`` (None or empty: local)."""
+    def parse(cls, text: str | None, name: str = EXECUTOR_ENV, **kw) -> Executor:
+        """``local`` | ``ray`` | ``ray:<address>`` (None or empty: local); an error names the setting ``name``."""
         text = (text or "local").strip()
         kind, _, address = text.partition(":")
         if kind not in cls.KINDS or (kind == "local" and address):
-            raise ValueError(f"{EXECUTOR_ENV}={text!r}: allowed: local, ray, ray:<address> (auto, host:port, "
+            raise ValueError(f"{name}={text!r}: allowed: local, ray, ray:<address> (auto, host:port, "
                              "ray://host:port)")
         return cls(kind, address or None, **kw)
 
     @classmethod
-    def from_env(cls, **kw) -> Executor:
-        """``$PFLKIT_EXECUTOR`` (default local), ``$PFLKIT_PACK`` (cells per call), ``$PFLKIT_GPUS`` and
+    def from_env(cls, setting: str | None = None, **kw) -> Executor:
+        """The executor a run uses: ``$PFLKIT_EXECUTOR`` when set (a per-run override), else ``setting``
+        (params.yaml ``defaults.executor``), else local; ``$PFLKIT_PACK`` (cells per call), ``$PFLKIT_GPUS`` and
         ``$PFLKIT_CPUS`` (per Ray task: default 1 CPU, and 1 GPU where the cluster has one, else none)."""
         pack = os.environ.get(PACK_ENV)
         if pack:
@@ -263,7 +264,9 @@ class Executor:
                 if not value >= 0:
                     raise ValueError(f"{env}={os.environ[env]!r}: allowed: a number >= 0 (per Ray task)")
                 kw.setdefault(name, value)
-        return cls.parse(os.environ.get(EXECUTOR_ENV), **kw)
+        if os.environ.get(EXECUTOR_ENV):
+            return cls.parse(os.environ[EXECUTOR_ENV], **kw)
+        return cls.parse(setting, "executor", **kw)
 
     def describe(self) -> str:
         return "local" if self.kind == "local" else f"ray:{self.address or os.environ.get('RAY_ADDRESS') or 'new'}"

@@ -22,6 +22,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from . import stages as _stages
+from .cells import Executor
 from .device import DEVICES, resolve_device
 from .paths import resolve
 
@@ -170,6 +171,10 @@ class StageConfig(BaseModel):
     device: str
     #: torch intra-op CPU threads for the stage: an integer >= 1, or "auto" (see ``resolve_threads``)
     threads: int | str
+    #: where a stage's cells run (``pflkit.cells``; a stage without cells ignores it): local, ray (a new local
+    #: Ray instance, or the cluster ``$RAY_ADDRESS`` names) or ray:<address>; ``$PFLKIT_EXECUTOR`` overrides it
+    #: for one run (it never changes a result, so DVC need not re-run anything for it)
+    executor: str
     #: whether the stage computes with torch: ``from_namespace`` applies ``threads`` to torch (a plot stage's
     #: config says False, and its notebook loads no torch)
     computes: ClassVar[bool] = True
@@ -179,6 +184,15 @@ class StageConfig(BaseModel):
     def _threads(cls, v):
         if v != "auto" and not (_is_int(v) and v >= 1):
             raise ValueError(f"must be an integer >= 1 or 'auto', got {v!r}")
+        return v
+
+    @field_validator("executor")
+    @classmethod
+    def _executor(cls, v: str) -> str:
+        try:
+            Executor.parse(v, "executor")
+        except ValueError as e:
+            raise ValueError(f"got {short_repr(v)}; {str(e).partition(': ')[2]}") from None
         return v
 
     @field_validator("device")

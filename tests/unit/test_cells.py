@@ -201,3 +201,17 @@ def test_which_profiles_share_the_project_store(monkeypatch, tmp_path):
     assert cells.default_store("canary/paper").root == canary.root and not canary.root.exists()
     monkeypatch.setenv("PFLKIT_CELLS", os.fspath(tmp_path))
     assert cells.default_store("default").root == tmp_path
+
+
+def test_params_yaml_sets_the_executor_and_the_environment_overrides_it_for_one_run(monkeypatch):
+    monkeypatch.delenv("PFLKIT_EXECUTOR", raising=False)
+    assert cells.Executor.from_env("ray:auto") == cells.Executor("ray", "auto")
+    assert cells.Executor.from_env("local") == cells.Executor("local")
+    with pytest.raises(ValueError, match="executor='slurm': allowed: local, ray, ray:<address>"):
+        cells.Executor.from_env("slurm")
+    monkeypatch.setenv("PFLKIT_EXECUTOR", "local")
+    assert cells.Executor.from_env("ray:auto") == cells.Executor("local")
+    cfg = E.CharlesFig12Config.from_namespace({"stage": "charles_fig12", "profile": "smoke"})
+    assert cfg.executor == "local"  # params.yaml's defaults
+    with pytest.raises(ValueError, match=r"charles_fig12\.executor: got 'slurm'; allowed: local, ray, ray:<address>"):
+        E.CharlesFig12Config.from_namespace({"stage": "charles_fig12", "profile": "smoke", "executor": "slurm"})

@@ -64,7 +64,7 @@ class _Fake(StageConfig):
 
 
 def _fake_values(**changes):
-    return {"device": "cpu", "threads": "auto", "rounds": 20, "lr": 0.1, "inner": {"a": 0.9, "b": 1}, "tasks": {},
+    return {"device": "cpu", "threads": "auto", "executor": "local", "rounds": 20, "lr": 0.1, "inner": {"a": 0.9, "b": 1}, "tasks": {},
             **changes}
 
 

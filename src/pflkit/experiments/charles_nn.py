@@ -528,7 +528,8 @@ class TaskRuns:
     labels: dict
     models: dict
     scale: str
-    cells: dict  # run.json: the executor, the store, per task the cells computed and found in the store
+    cells: dict  # run.json: the executor, the store, per task the cells computed and found in the store, and
+    # where the computed packs ran (host:pid -> packs)
 
 
 def _task_setup(cfg: NNConfig, t: TaskSection):
@@ -625,11 +626,11 @@ def _assemble(settings: list[Setting], results: list[tuple[dict, dict]]) -> Grid
 
 
 def _run_tasks(cfg: NNConfig, settings: list[Setting]) -> TaskRuns:
-    """Every task's grid as cells (``pflkit.cells``: the store's, else computed on ``$PFLKIT_EXECUTOR``, local
-    by default; all tasks' cells in one go), assembled as one run_grid per task; the loss of ``cfg.eval_split``
-    is watched for divergence."""
+    """Every task's grid as cells (``pflkit.cells``: the store's, else computed on the stage's ``executor``,
+    which ``$PFLKIT_EXECUTOR`` overrides; all tasks' cells in one go), assembled as one run_grid per task; the
+    loss of ``cfg.eval_split`` is watched for divergence."""
     hist, dead, records, labels, models, scales, counts = [], [], {}, {}, {}, [], []
-    store, executor = cells.default_store(results_origin(cfg.results_dir)[1]), cells.Executor.from_env()
+    store, executor = cells.default_store(results_origin(cfg.results_dir)[1]), cells.Executor.from_env(cfg.executor)
     tasks = {name: _task_setup(cfg, t)[:2] for name, t in cfg.tasks.items()}
     grids = {name: grid_cells(cfg, name, settings, data) for name, (_, data) in tasks.items()}
     everything = [c for grid in grids.values() for c in grid]
@@ -658,7 +659,8 @@ def _run_tasks(cfg: NNConfig, settings: list[Setting]) -> TaskRuns:
                       f"B={t.batch_size}, {t.rounds} rounds")
     return TaskRuns(pd.concat(hist, ignore_index=True), pd.concat(dead, ignore_index=True), records, labels, models,
                     f"K={cfg.local_steps}; " + "; ".join(scales),
-                    {"executor": executor.describe(), "store": str(store.folder(cfg.stage)), "tasks": counts})
+                    {"executor": executor.describe(), "store": str(store.folder(cfg.stage)), "tasks": counts,
+                     "ran_on": {at: done.where.count(at) for at in sorted(set(done.where))}})
 
 
 def _info(cfg, runs: TaskRuns, start):
