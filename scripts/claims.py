@@ -10,9 +10,10 @@ For each entry of claims.yaml and each profile with results (default: results/<s
 ``dvc repro`` writes; another profile: build/<profile>/<stage>/metrics.json; a profile with none has no column), the
 value(s) at the entry's path and the verdict of its rule: holds / does not hold / inconclusive (the run cannot
 show the claim, ``inconclusive``: the margin is within its seed-to-seed spread, one seed measured no spread, or
-the run is shorter than the claim needs; the row's note says which) / not run (no results) / no value (the path is
-not in the results). A metrics.json that does not record its stage and the settings params.yaml gives that stage
-now (another stage's file, a run of other settings, or one written before results recorded their provenance) stops
+the run is shorter than the claim needs; the row's note says which) / partial (a grid stage whose cells are
+partly computed, ``pflkit.cells``: "k of n cells", never a verdict from part of a grid) / not run (no results) /
+no value (the path is not in the results). A metrics.json that does not record its stage and the settings
+params.yaml gives that stage now (another stage's file, a run of other settings, or one written before results recorded their provenance) stops
 the ledger with a message naming both and the command that rewrites it. The DVC stage ``claims`` (``--dvc``) runs
 after every stage and writes DVC's outputs below. After running some stages by hand (``dvc repro <stage>_plot``,
 ``pflkit reproduce``), run this script without ``--dvc`` to refresh the page: it writes the same page and tables
@@ -49,6 +50,7 @@ import sys
 from pathlib import Path
 from urllib.parse import quote
 
+from pflkit.cells import DEFAULT_STORE, SHARED_PROFILES, CellStore
 from pflkit.config import read_yaml
 from pflkit.report import PROVENANCE, provenance_problem, settings_digest
 from pflkit.stages import PIPELINE_PROFILES, profile_path
@@ -62,7 +64,7 @@ BY_HAND = Path("build") / "claims"
 #: the measured cross-machine drift of the default profile's claims (benchmarks/drift.py)
 DRIFT = Path("benchmarks") / "results" / "drift.json"
 RULE = re.compile(r"^(abs )?(<=|>=|<|>) *(\S+)$")
-VERDICTS = ("holds", "does not hold", "inconclusive", "not run", "no value")
+VERDICTS = ("holds", "does not hold", "inconclusive", "partial", "not run", "no value")
 
 
 class Missing(LookupError):
@@ -289,7 +291,11 @@ def evaluate(claims: list[dict], folders: dict[str, Path], root: Path = ROOT, dr
                        note="")
             path = folder / c["stage"] / "metrics.json"
             row["ran"] = path.is_file()
-            if row["ran"] and profile not in c.get("profiles", [profile]):
+            cells = None if row["ran"] or params is None else cell_progress(c["stage"], profile, params, root)
+            if cells is not None:  # a grid stage whose cells are partly computed: no verdict from part of a grid
+                row["verdict"], row["value"] = "partial", f"{cells[0]} of {cells[1]} cells"
+                row["note"] = f"the rest run with `{run_command(c['stage'], profile)}`"
+            elif row["ran"] and profile not in c.get("profiles", [profile]):
                 row["note"] = f"claims.yaml checks it under {', '.join(c['profiles'])} only"
             elif row["ran"]:
                 metrics = read_metrics(path, c["stage"], profile, root, params)
@@ -310,6 +316,17 @@ def evaluate(claims: list[dict], folders: dict[str, Path], root: Path = ROOT, dr
                     row["verdict"], row["value"] = "no value", f"{exc} in {_rel(path, root)}"
             rows.append(row)
     return rows
+
+
+def cell_progress(stage: str, profile: str, params: dict, root: Path = ROOT) -> tuple[int, int] | None:
+    """(cells stored, cells planned) of a grid stage's last run under ``profile`` (``pflkit.cells``: the plan its
+    run wrote in the cell store, the project's cells/ for a DVC pipeline's profile, else build/<profile>/cells),
+    when that run had the settings ``params`` give the stage now; else None."""
+    store = CellStore(root / (DEFAULT_STORE if profile in SHARED_PROFILES else f"build/{profile}/cells"))
+    got = store.progress(stage)
+    if got is None or got[2] != settings_digest(params, stage, profile):
+        return None
+    return got[0], got[1]
 
 
 def _rel(path: Path, root: Path) -> str:
@@ -350,7 +367,8 @@ def to_markdown(rows: list[dict], profile: str = "default") -> str:
             if r["paper"] == paper and r["profile"] == profile:
                 value = r["value"] + (f" ({r['estimate']})" if r["estimate"] else "")
                 data = r["dataset"] + (" **(substitute)**" if r["substitute"] else "")
-                verdict = f"**{r['verdict']}**" + (f": {r['note']}" if r["verdict"] == "inconclusive" else "")
+                verdict = f"**{r['verdict']}**" + (f": {r['note']}" if r["verdict"] in ("inconclusive", "partial")
+                                                   else "")
                 if r["verdict"] == "not run" and r["ran"]:  # its stage ran, but the claim is not judged here
                     verdict = f"**not checked** under this profile: {r['note']}"
                 lines.append(f"| {r['figure']} | {r['claim']} | {r['metric']}: {value} | {verdict} | {data} |")
@@ -484,7 +502,11 @@ def to_html(rows: list[dict], profiles: list[str], stages: dict, root: Path = RO
                 first = per[profiles[0]]
                 cells = []
                 for p in profiles:
-                    if not ran[p] and i == 0:  # the stage has no results: one cell for all its claims
+                    if not ran[p] and i == 0 and per[p]["verdict"] == "partial":  # part of a grid's cells
+                        cells.append(f"<td class=\"partial\" rowspan=\"{span}\"><b>partial</b><br>"
+                                     f"{esc(per[p]['value'])}<br>run <code>"
+                                     f"{esc(run_command(runs, p))}</code></td>")
+                    elif not ran[p] and i == 0:  # the stage has no results: one cell for all its claims
                         cells.append(f"<td class=\"not-run\" rowspan=\"{span}\"><b>not run</b><br>run <code>"
                                      f"{esc(run_command(runs, p))}</code></td>")
                     elif ran[p]:
@@ -502,7 +524,7 @@ def to_html(rows: list[dict], profiles: list[str], stages: dict, root: Path = RO
              f"img.thumb{{display:block;width:{THUMB_WIDTH}px;height:auto;margin:4px 0}}"
              ".run{margin-top:6px}.profile{font-weight:bold;color:#555}"
              ".missing{color:#777}.holds{background:#e6f4e6}.does-not-hold{background:#fbe3e3}.inconclusive{background:#fff4d6}"
-             ".not-run,.no-value{background:#eee}")
+             ".not-run,.no-value{background:#eee}.partial{background:#e8eefb}")
     summary = "; ".join(f"{esc(p)} profile: " + ", ".join(
         f"{n} {v}" for v, n in ((v, sum(r["verdict"] == v for r in rows if r["profile"] == p)) for v in VERDICTS) if n)
         for p in profiles)
@@ -520,7 +542,8 @@ def headline(rows: list[dict], stage: str) -> dict:
     with no results holds the string "not run" (``dvc metrics show`` prints it in the holding column)."""
     mine = [r for r in rows if r["stage"] == stage and r["profile"] == "default"]
     if mine and not any(r["ran"] for r in mine):
-        return {"claims": len(mine), "holding": "not run"}
+        partial = next((r["value"] for r in mine if r["verdict"] == "partial"), None)
+        return {"claims": len(mine), "holding": f"partial: {partial}" if partial else "not run"}
     out = {"claims": len(mine), "holding": sum(r["verdict"] == "holds" for r in mine)}
     if any(r["verdict"] == "inconclusive" for r in mine):
         out["inconclusive"] = sum(r["verdict"] == "inconclusive" for r in mine)

@@ -383,3 +383,28 @@ def test_the_drift_file_makes_the_default_profile_inconclusive_and_leaves_other_
     assert got["t-perm_fig1", "default"]["verdict"] == "inconclusive"  # margin 0.02 within the drift 0.05
     assert "cross-machine drift (0.05" in got["t-perm_fig1", "default"]["note"]
     assert got["t-perm_fig1", "smoke"]["verdict"] == "does not hold"  # measured at the default profile only
+
+
+def test_a_grid_stage_with_part_of_its_cells_reads_partial_never_a_verdict(tmp_path):
+    """perm_fig6 has no results, but its cell store holds 3 of the 8 cells its run planned (pflkit.cells): the
+    ledger says "partial: 3 of 8 cells" in every output. A plan of other settings, or none, reads "not run"."""
+    from pflkit import cells
+    root = _project(tmp_path)
+    store = cells.CellStore(root / "cells")
+    grid = [cells.Cell(f"c{i}", "t", {"i": i}, cells.cell_key({"i": i}, "d", "c")) for i in range(8)]
+    store.write_plan("perm_fig6", grid, settings_digest(PARAMS, "perm_fig6", "default"))
+    for cell in grid[:3]:
+        store.put("perm_fig6", cell, {"loss": 1.0}, None)
+    rows = claims.main(["--claims", str(root / "claims.yaml"), "--dvc"], root=root)
+    row = next(r for r in rows if r["id"] == "t-perm_fig6")
+    assert (row["verdict"], row["value"], row["ran"]) == ("partial", "3 of 8 cells", False)
+    assert "`dvc repro perm_fig6`" in row["note"]
+    assert "| PERM minus the best other: 3 of 8 cells | **partial**: the rest run with `dvc repro perm_fig6`" in (
+        root / "results/claims.md").read_text()
+    assert json.loads((root / "results/claims/perm_fig6.json").read_text()) == {
+        "claims": 1, "holding": "partial: 3 of 8 cells"}
+    page = (root / "reports/index.html").read_text()
+    assert '<td class="partial" rowspan="1"><b>partial</b><br>3 of 8 cells<br>run <code>dvc repro perm_fig6' in page
+    store.write_plan("perm_fig6", grid, "the digest of other settings")
+    rows = claims.main(["--claims", str(root / "claims.yaml"), "--dvc"], root=root)
+    assert next(r for r in rows if r["id"] == "t-perm_fig6")["verdict"] == "not run"

@@ -64,8 +64,8 @@ class _Fake(StageConfig):
 
 
 def _fake_values(**changes):
-    return {"device": "cpu", "threads": "auto", "executor": "local", "rounds": 20, "lr": 0.1, "inner": {"a": 0.9, "b": 1}, "tasks": {},
-            **changes}
+    return {"device": "cpu", "threads": "auto", "executor": "local", "rounds": 20, "lr": 0.1,
+            "inner": {"a": 0.9, "b": 1}, "tasks": {}, **changes}
 
 
 def test_a_competing_default_a_code_only_one_and_a_nested_one_are_caught():
