@@ -6,21 +6,21 @@
                                               reports/html/, results/claims/ (default profile)
     python scripts/claims.py --check          also exit 1 when a run stage's claim has no value (a stale path)
 
-For each entry of claims.yaml and each profile with results (default: results/<stage>/metrics.json, what
-``dvc repro`` writes; another profile: build/<profile>/<stage>/metrics.json; a profile with none has no column), the
-value(s) at the entry's path and the verdict of its rule: holds / does not hold / inconclusive (the run cannot
-show the claim, ``inconclusive``: the margin is within its seed-to-seed spread, one seed measured no spread, or
-the run is shorter than the claim needs; the row's note says which) / partial (a grid stage whose cells are
-partly computed, ``pflkit.cells``: "k of n cells", never a verdict from part of a grid) / not run (no results) /
-no value (the path is not in the results). A metrics.json that does not record its stage and the settings
-params.yaml gives that stage now (another stage's file, a run of other settings, or one written before results recorded their provenance) stops
+For each entry of claims.yaml and each profile with results (default: results/<stage>/metrics.json, what ``dvc
+repro`` writes; another profile: build/<profile>/<stage>/metrics.json; a profile with none has no column), the
+value(s) at the entry's path and the verdict of its rule: holds / does not hold / inconclusive (the run cannot show
+the claim, ``inconclusive``: the margin is within its seed-to-seed spread, one seed measured no spread, or the run
+is shorter than the claim needs; the row's note says which) / partial (a grid stage whose cells are partly computed,
+``pflkit.cells``: "k of n cells", never a verdict from part of a grid) / not run (no results) / no value (the path
+is not in the results). A metrics.json that does not record its stage and the settings params.yaml gives that stage
+now (another stage's file, a run of other settings, or one written before results recorded their provenance) stops
 the ledger with a message naming both and the command that rewrites it. The DVC stage ``claims`` (``--dvc``) runs
 after every stage and writes DVC's outputs below. After running some stages by hand (``dvc repro <stage>_plot``,
 ``pflkit reproduce``), run this script without ``--dvc`` to refresh the page: it writes the same page and tables
-under ``build/claims/`` and never touches a DVC output; its columns are the profiles the pipelines ran (default,
-and each profile with a DVC pipeline of its own that has results: ``paper``), and another profile (``smoke``, what
-notebooks and nbval run) only when ``--profiles`` names it. Stages that have not run read "not run" with the
-command that runs them. Outputs of ``--dvc``:
+under ``build/claims/`` and never touches a DVC output; its columns are the profiles the pipelines ran (default, and
+each profile with a DVC pipeline of its own that has results: ``paper``), and another profile (``smoke``, what
+notebooks and nbval run) only when ``--profiles`` names it. Stages that have not run read "not run" with the command
+that runs them. Outputs of ``--dvc``:
 
 * ``results/claims.csv``: one row per claim and profile (tidy, for pandas);
 * ``results/claims.md``: per paper, one table row per claim (README's results block is filled from it);
