@@ -1,0 +1,88 @@
+"""The paper profile's grid stages on K GPUs: the wall time of each stage when its cells are spread over K devices.
+
+    python benchmarks/cells_plan.py      -> benchmarks/results/cells_plan.{json,md} (docs/running.md shows the table)
+
+Input: the per-task timings of benchmarks/paper_estimates.py measured on a GPU (``paper_estimates.json``, the rows
+of the paper profile on the device named there): per task, its rounds, its settings, the settings one call packs
+(the stage's ``settings_chunk``, what fits one device), one round of such a pack and the task's set-up. A **pack**
+(``pflkit.cells``: the cells one Ray task computes, ``PFLKIT_PACK``) of ``chunk`` settings takes set-up + rounds x
+the pack's round; a stage is its tasks' packs. On K devices the packs are placed longest first on the device that
+frees first (what Ray does with one GPU per task and the tasks submitted longest first), so a stage's wall time is
+at least its longest pack: the floor no number of GPUs goes below. The per-cell overhead of the Ray executor
+(benchmarks/cells_ray.py: seconds per cell) is added to every pack; it is small beside packs of hours.
+
+No measurement runs here: the numbers are the estimates' (each with its machine), multiplied out.
+"""
+from __future__ import annotations
+
+import heapq
+import json
+import math
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+GPUS = (1, 8, 16, 64)
+
+
+def packs(detail: dict) -> list[tuple[str, float]]:
+    """(task, seconds) of every pack of a stage: ceil(settings / chunk) packs per task."""
+    out = []
+    for task, d in sorted(detail.items()):
+        n = math.ceil(d["settings"] / d["chunk"])
+        out += [(task, d["setup_s"] + d["rounds"] * d["chunk_round_s"])] * n
+    return out
+
+
+def wall(times: list[float], k: int, overhead: float = 0.0) -> float:
+    """The makespan of ``times`` (plus ``overhead`` each) on ``k`` devices, longest first onto the first free."""
+    free = [0.0] * k
+    for t in sorted(times, reverse=True):
+        heapq.heapreplace(free, free[0] + t + overhead)
+    return max(free)
+
+
+def hours(seconds: float) -> str:
+    return f"{seconds / 3600:,.1f} h" if seconds >= 360 else f"{seconds / 60:.1f} min"
+
+
+def main() -> dict:
+    estimates = json.loads((RESULTS / "paper_estimates.json").read_text())["stages"]
+    ray = RESULTS / "cells_ray.json"
+    overhead = json.loads(ray.read_text())["overhead_per_cell_s"] if ray.is_file() else 0.0
+    rows = []
+    for e in estimates:
+        if e["profile"] != "paper" or e["device"] == "cpu" or not e["stage"].startswith("charles_"):
+            continue
+        ps = packs(e["detail"])
+        times = [t for _, t in ps]
+        rows.append({"stage": e["stage"], "device": e["device"], "packs": len(ps), "cells": sum(
+            d["settings"] for d in e["detail"].values()), "settings_per_pack": sorted(
+            {d["chunk"] for d in e["detail"].values()}), "work_s": round(sum(times), 1),
+            "longest_pack_s": round(max(times), 1), "longest_task": max(ps, key=lambda p: p[1])[0],
+            "wall_s": {k: round(wall(times, k, overhead), 1) for k in GPUS}})
+    total = {k: sum(r["wall_s"][k] for r in rows) for k in GPUS}  # the stages one after the other, each spread
+    together = {k: round(wall([t for e in estimates if e["profile"] == "paper" and e["device"] != "cpu"
+                               and e["stage"].startswith("charles_") for _, t in packs(e["detail"])], k, overhead), 1)
+                for k in GPUS}  # every stage's packs in one pool (dvc repro of the stages with one Ray cluster)
+    out = {"rows": rows, "gpus": list(GPUS), "overhead_per_cell_s": overhead, "one_after_another_s": total,
+           "one_pool_s": together}
+    (RESULTS / "cells_plan.json").write_text(json.dumps(out, indent=1) + "\n")
+    head = "| stage | cells (packs) | longest pack | " + " | ".join(f"{k} GPU{'s' if k > 1 else ''}" for k in GPUS) + " |"
+    lines = [head, "|" + "---|" * (3 + len(GPUS))]
+    for r in rows:
+        lines.append(f"| {r['stage']} | {r['cells']} ({r['packs']}) | {hours(r['longest_pack_s'])} "
+                     f"({r['longest_task']}) | " + " | ".join(hours(r["wall_s"][k]) for k in GPUS) + " |")
+    lines.append("| **the three, one pool** | | | " + " | ".join(f"**{hours(together[k])}**" for k in GPUS) + " |")
+    devices = sorted({r["device"] for r in rows})
+    lines += ["", f"Per-pack times: benchmarks/results/paper_estimates.json (measured on {', '.join(devices)}: one "
+              "round of a pack timed, multiplied by the rounds); a pack = the settings the stage's `settings_chunk` "
+              "puts in one call. Packs placed longest first on the first free GPU, each with the Ray executor's "
+              f"measured overhead of {overhead:.1f} s per cell (benchmarks/results/cells_ray.json). The longest "
+              "pack is the floor: more GPUs than packs gain nothing. Generated by benchmarks/cells_plan.py."]
+    (RESULTS / "cells_plan.md").write_text("\n".join(lines) + "\n")
+    return out
+
+
+if __name__ == "__main__":
+    print((RESULTS / "cells_plan.md").read_text() if main() else "")
