@@ -68,7 +68,8 @@ def main() -> dict:
     out = {"rows": rows, "gpus": list(GPUS), "overhead_per_cell_s": overhead, "one_after_another_s": total,
            "one_pool_s": together}
     (RESULTS / "cells_plan.json").write_text(json.dumps(out, indent=1) + "\n")
-    head = "| stage | cells (packs) | longest pack | " + " | ".join(f"{k} GPU{'s' if k > 1 else ''}" for k in GPUS) + " |"
+    head = ("| stage | cells (packs) | longest pack | " + " | ".join(f"{k} GPU{'s' if k > 1 else ''}" for k in GPUS)
+            + " |")
     lines = [head, "|" + "---|" * (3 + len(GPUS))]
     for r in rows:
         lines.append(f"| {r['stage']} | {r['cells']} ({r['packs']}) | {hours(r['longest_pack_s'])} "
