@@ -8,9 +8,10 @@ the **cell store** (``CellStore``: ``<store>/<stage>/<key>.json``, its record, m
 ``<store>/tensors/<stage>/<key>.pt``, its final model, through DVC; each written beside its place and renamed
 in, the record last), so a crash, a lost worker, a killed driver or a grid grown by one value recomputes only
 the cells the store lacks; the stage then assembles its outputs from the store's files alone, whichever
-executor computed them. The DVC pipelines' profiles share the project's ``cells/`` (``git add cells``, ``dvc
-add cells/tensors``, ``dvc push``: a colleague's ``git pull`` + ``dvc pull`` brings them and nothing re-runs);
-other profiles keep theirs under build/.
+executor computed them. The paper profile, whose cells cost GPU-hours, keeps them in the project's ``cells/``
+(``git add cells``, ``dvc add cells/tensors``, ``dvc push``: a colleague's ``git pull`` + ``dvc pull`` brings
+them and nothing re-runs); the other profiles keep theirs under build/<profile>/cells (the default profile's
+grids take a minute, and its stage outputs travel through DVC as every stage's do).
 
 **Executors** (``Executor``, from ``$PFLKIT_EXECUTOR``): ``local`` runs the missing cells' packs one after
 the other in this process; ``ray`` (a new local Ray instance, or the cluster ``$RAY_ADDRESS`` names) and
@@ -45,8 +46,8 @@ from .progress import note
 
 EXECUTOR_ENV, STORE_ENV, PROJECT_ENV, PACK_ENV = "PFLKIT_EXECUTOR", "PFLKIT_CELLS", "PFLKIT_PROJECT", "PFLKIT_PACK"
 DEFAULT_STORE = "cells"
-#: the profiles whose cells go to the shared store (the DVC pipelines': pflkit.stages.PIPELINE_PROFILES + default)
-SHARED_PROFILES = ("default", "paper")
+#: the profiles whose cells go to the project's shared store: the paper profile's (pflkit.stages.PIPELINE_PROFILES)
+SHARED_PROFILES = ("paper",)
 PLAN = "plan.json"
 LOOPBACK = "127.0.0.1"
 #: environment variables a Ray worker gets from the driver (the stage's data rule, its threads)
@@ -198,8 +199,8 @@ class CellStore:
 
 
 def default_store(profile: str | None = None) -> CellStore:
-    """``$PFLKIT_CELLS``; else the project's ``cells/`` for a DVC pipeline's profile (default, paper: what a
-    team shares), ``build/<profile>/cells`` for any other (smoke: the notebooks' and tests' own; the canary's),
+    """``$PFLKIT_CELLS``; else the project's ``cells/`` for the paper profile (what a team shares),
+    ``build/<profile>/cells`` for any other (default; smoke: the notebooks' and tests' own; the canary's),
     ``build/cells`` for results of no profile. The canary's (``canary/<profile>``) starts empty at every stage:
     it measures what a stage's cells cost, so it never reuses them."""
     if os.environ.get(STORE_ENV):
@@ -216,8 +217,8 @@ def default_store(profile: str | None = None) -> CellStore:
 @dataclass(frozen=True)
 class Executor:
     """Where packs run: ``kind`` local | ray; ``address`` (ray: None = ``$RAY_ADDRESS`` or a new local
-    instance); ``pack_size``: at most this many cells per call (None: local, a group's cells in one call;
-    ray, one cell per task, so that the cells spread over the cluster); per pack (a Ray task) ``cpus``,
+    instance); ``pack_size``: at most this many cells per call (None: the stage's choice; ``run_cells``
+    without one puts a group's cells in one call); per pack (a Ray task) ``cpus``,
     ``gpus`` (a fraction packs several tasks onto one device) and ``retries`` (Ray's ``max_retries``; errors
     are retried as often)."""
     kind: str = "local"
@@ -228,8 +229,6 @@ class Executor:
     retries: int = 3
 
     def __post_init__(self):
-        if self.kind == "ray" and self.pack_size is None:
-            object.__setattr__(self, "pack_size", 1)
         if self.pack_size is not None and (not isinstance(self.pack_size, int) or self.pack_size < 1):
             raise ValueError(f"{PACK_ENV}: a positive integer (cells per call), got {self.pack_size!r}")
 

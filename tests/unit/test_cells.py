@@ -172,7 +172,7 @@ def test_grid_cell_keys_ignore_packing_settings_and_labels():
 def test_the_executor_setting_and_its_errors(monkeypatch):
     assert cells.Executor.parse(None) == cells.Executor("local")
     ray = cells.Executor.parse("ray:127.0.0.1:6379")
-    assert (ray.kind, ray.address, ray.pack_size) == ("ray", "127.0.0.1:6379", 1)
+    assert (ray.kind, ray.address, ray.pack_size) == ("ray", "127.0.0.1:6379", None)
     assert cells.Executor.parse("ray").address is None
     for bad in ("slurm", "local:x", "Ray"):
         with pytest.raises(ValueError, match="PFLKIT_EXECUTOR=.*allowed: local, ray, ray:<address>"):
@@ -191,9 +191,10 @@ def test_the_executor_setting_and_its_errors(monkeypatch):
 
 def test_which_profiles_share_the_project_store(monkeypatch, tmp_path):
     monkeypatch.delenv("PFLKIT_CELLS", raising=False)
-    assert set(cells.SHARED_PROFILES) == {"default", *stages.PIPELINE_PROFILES}
-    root = cells.default_store("default").root
-    assert root == cells.default_store("paper").root and root.name == "cells"
+    assert set(cells.SHARED_PROFILES) == set(stages.PIPELINE_PROFILES) == {"paper"}
+    root = cells.default_store("paper").root
+    assert root.name == "cells" and root.parent == cells.project_root()
+    assert cells.default_store("default").root.parts[-3:] == ("build", "default", "cells")
     assert cells.default_store("smoke").root.parts[-3:] == ("build", "smoke", "cells")
     assert cells.default_store(None).root.parts[-2:] == ("build", "cells")
     canary = cells.CellStore(cells.default_store("canary/paper").root)  # the canary measures: it starts empty

@@ -390,7 +390,7 @@ def test_a_grid_stage_with_part_of_its_cells_reads_partial_never_a_verdict(tmp_p
     ledger says "partial: 3 of 8 cells" in every output. A plan of other settings, or none, reads "not run"."""
     from pflkit import cells
     root = _project(tmp_path)
-    store = cells.CellStore(root / "cells")
+    store = cells.CellStore(root / "build/default/cells")  # the default profile's store (the paper's: cells/)
     grid = [cells.Cell(f"c{i}", "t", {"i": i}, cells.cell_key({"i": i}, "d", "c")) for i in range(8)]
     store.write_plan("perm_fig6", grid, settings_digest(PARAMS, "perm_fig6", "default"))
     for cell in grid[:3]:

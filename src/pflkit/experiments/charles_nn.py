@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -641,9 +640,9 @@ def _run_tasks(cfg: NNConfig, settings: list[Setting]) -> TaskRuns:
         t = cfg.tasks[pack[0].group]
         return sum(task_memory(t, len(pack), len(pack), cfg.settings_chunk, t.eval_samples or cfg.eval_samples)[:2])
 
-    # a Ray task computes the settings one call of the stage holds (settings_chunk: what fits one device; 1
-    # without it) unless $PFLKIT_PACK says otherwise; the local executor computes a task's cells in one call
-    pack = executor.pack_size if executor.kind == "local" or os.environ.get(cells.PACK_ENV) else cfg.settings_chunk or 1
+    # unless $PFLKIT_PACK says otherwise: a Ray task computes the settings one call of the stage holds
+    # (settings_chunk: what fits one device; 1 without it), the local executor a task's cells in one call
+    pack = executor.pack_size or ((cfg.settings_chunk or 1) if executor.kind == "ray" else None)
     done = cells.run_cells(cfg.stage, everything, compute_cells, cfg, store=store, executor=executor,
                            pack_size=pack, memory=memory)
     results = dict(zip([c.key for c in everything], done.results))
