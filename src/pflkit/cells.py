@@ -1,27 +1,28 @@
 """A stage's work as cells: run the missing ones (in this process or as Ray tasks), keep each result, assemble.
 
-A **cell** is the smallest unit of a stage whose result depends only on its own config, the data and the code
-(a grid setting of a task, a method x seed). Its key is the SHA-256 of those three: the cell's config
-(JSON), the digest of the data it trains on, and the digest of the pflkit source files the stage's code can
-import (``code_digest``: a static import walk, the files DVC tracks for the stage). A finished cell is kept in
-the **cell store** (``CellStore``: ``<store>/<stage>/<key>.json``, its record, metrics and curves, in git, and
-``<store>/tensors/<stage>/<key>.pt``, its final model, through DVC; each written beside its place and renamed
-in, the record last), so a crash, a lost worker, a killed driver or a grid grown by one value recomputes only
-the cells the store lacks; the stage then assembles its outputs from the store's files alone, whichever
-executor computed them. The paper profile, whose cells cost GPU-hours, keeps them in the project's ``cells/``
-(``git add cells``, ``dvc add cells/tensors``, ``dvc push``: a colleague's ``git pull`` + ``dvc pull`` brings
-them and nothing re-runs); the other profiles keep theirs under build/<profile>/cells (the default profile's
-grids take a minute, and its stage outputs travel through DVC as every stage's do).
+A **cell** is the smallest unit of a stage whose result depends only on its own config, the data and the code (a
+grid setting of a task: the Charles & Konecny grids, ``experiments.charles_nn``). Its key is the SHA-256 of those
+three: the cell's config (JSON), the digest of the data it trains on, and the digest of the pflkit source files
+the stage's code can import (``code_digest``: a static import walk, the files DVC tracks for the stage). A
+finished cell is kept in the **cell store** (``CellStore``: ``<store>/<stage>/<key>.json``, its record, metrics
+and curves, in git, and ``<store>/tensors/<stage>/<key>.pt``, its final model, through DVC; each written beside
+its place and renamed in, the record last), so a crash, a lost worker, a killed driver or a grid grown by one
+value recomputes only the cells the store lacks; the stage then assembles its outputs from the store's files
+alone, whichever executor computed them. The paper profile, whose cells cost GPU-hours, keeps them in the
+project's ``cells/`` (``git add cells``, ``dvc add cells/tensors``, ``dvc push``: a colleague's ``git pull`` +
+``dvc pull`` brings them and nothing re-runs); the other profiles keep theirs under build/<profile>/cells (the
+default profile's grids take a minute, and its stage outputs travel through DVC as every stage's do).
 
-**Executors** (``Executor``, from ``$PFLKIT_EXECUTOR``): ``local`` runs the missing cells' packs one after
-the other in this process; ``ray`` (a new local Ray instance, or the cluster ``$RAY_ADDRESS`` names) and
-``ray:<address>`` (``auto``, ``host:port``, ``ray://host:port``) make every pack a Ray task (Ray's public
-API: ``ray.remote`` with ``num_cpus``, ``num_gpus``, ``memory``, ``max_retries``, ``retry_exceptions``;
-``ray.wait``): Ray places, retries (a lost worker or node, and an error up to ``retries`` times) and
-dispatches; the results come back through Ray's object store and the driver writes the store, so the workers
-need no shared file system (each node reads the data from its own checkout: ``dvc pull`` of the data stages).
-Why an environment variable and not a params.yaml setting: the executor changes where cells run, never their
-results (tests/integration/test_cells_ray.py), and DVC re-runs a stage whose tracked settings change.
+**Executors** (``Executor.from_env``: params.yaml's ``defaults.executor``, which ``$PFLKIT_EXECUTOR`` overrides
+for one run): ``local`` runs the missing cells' packs one after the other in this process; ``ray`` (a new local
+Ray instance, or the cluster ``$RAY_ADDRESS`` names) and ``ray:<address>`` (``auto``, ``host:port``,
+``ray://host:port``) make every pack a Ray task (Ray's public API: ``ray.remote`` with ``num_cpus``,
+``num_gpus``, ``memory``, ``max_retries``, ``retry_exceptions``; ``ray.wait``): Ray places, retries (a lost
+worker or node, and an error up to ``retries`` times) and dispatches; the results come back through Ray's object
+store and the driver writes the store, so the workers need no shared file system (each node reads the data from
+its own checkout: ``dvc pull`` of the data stages). The executor changes where cells run, never their results
+(tests/integration/test_cells_ray.py): the environment variable chooses it for one run without DVC seeing a
+changed setting.
 
 A **pack** is the cells one call computes together (cells of one ``group``, at most ``pack_size``): a packing
 choice, not a change of results, for a stage whose cells draw their own streams (``data.draws.LaneDraws``).

@@ -31,37 +31,41 @@ ROOT = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("cells_driver.py")
 STAGE = "charles_fig12"
 LOOPBACK = "127.0.0.1"
-pytestmark = pytest.mark.xdist_group("ray")  # one cluster at a time on a 2-core machine
+# the group of the tests that start Ray or Flower's servers (tests/conftest.py): never two at once
+pytestmark = pytest.mark.xdist_group("flower")
 
 
-def _ray_processes() -> set[int]:
-    names = ("raylet", "gcs_server", "ray::", "default_worker.py", "dashboard", "log_monitor", "plasma")
+def _ray_processes(port: int) -> set[int]:
+    """The processes of the Ray cluster whose GCS listens on ``port`` (every Ray process of a cluster is given
+    its GCS address, or the port)."""
+    marks = (f"{LOOPBACK}:{port}", f"--gcs_server_port={port}", f"--gcs-address={LOOPBACK}:{port}")
     found = set()
     for p in psutil.process_iter(["cmdline"]):
         try:
             line = " ".join(p.info["cmdline"] or [])
         except psutil.Error:
             continue
-        if any(n in line for n in names):
+        if any(m in line for m in marks):
             found.add(p.pid)
     return found
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    before = _ray_processes()
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "node_ip_address": LOOPBACK,
                                                       "include_dashboard": False})
     workers = [c.add_node(num_cpus=1, node_ip_address=LOOPBACK) for _ in range(2)]
     c.wait_for_nodes()
     c.workers = workers
+    port = int(c.address.rpartition(":")[2])
+    assert _ray_processes(port), "the check below finds the cluster's processes"
     yield c
     c.shutdown()
     deadline = time.time() + 30
-    while _ray_processes() - before and time.time() < deadline:
+    while _ray_processes(port) and time.time() < deadline:
         time.sleep(0.5)
-    left = _ray_processes() - before
+    left = _ray_processes(port)
     assert not left, f"Ray processes left after the cluster's shutdown: {sorted(left)}"
 
 
