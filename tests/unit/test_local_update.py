@@ -251,6 +251,35 @@ def test_server_opt_equals_torch_optim(kind, momentum):
     assert state["step"] == 20 and (x["x"] - torch.tensor([1.0, -2.0], dtype=torch.float64)).norm() > 0.1
 
 
+@pytest.mark.parametrize("kind, momentum", [("gd", 0.0), ("nesterov", 0.6), ("adam", 0.0)])
+def test_server_opt_radius_is_the_step_then_the_projection_onto_the_ball(kind, momentum):
+    """With ``radius`` every step is the step without it followed by the l2-ball projection, x r / ||x||
+    when ||x|| > r (the projection's own float ops: equal to 1e-15); the iterates stay in the ball, and the
+    projection is active (it changes some step)."""
+    A = torch.tensor([[3.0, 1.0], [1.0, 2.0]], dtype=torch.float64)
+    b = torch.tensor([-4.0, 6.0], dtype=torch.float64)  # the minimiser A^-1 b lies outside the ball of 1.5
+    free, ball = ServerOpt(kind, 0.1, momentum), ServerOpt(kind, 0.1, momentum, radius=1.5)
+    x = {"x": torch.tensor([1.0, -0.5], dtype=torch.float64)}
+    state, projected = ball.init(x), 0
+    for _ in range(30):
+        q = {"x": A @ x["x"] - b}
+        want, _ = free.step(x, q, state)
+        got, state = ball.step(x, q, state)
+        norm = want["x"].norm()
+        if norm > 1.5:
+            want = {"x": want["x"] * (1.5 / norm)}
+            projected += 1
+        assert torch.allclose(got["x"], want["x"], rtol=1e-15, atol=1e-15)
+        assert got["x"].norm() <= 1.5 + 1e-12
+        x = got
+    assert projected >= 10
+    target = {"x": torch.tensor([3.0, 4.0], dtype=torch.float64)}  # step_to (model averaging) is projected too
+    stepped, _ = ServerOpt("gd", 1.0, radius=1.5).step_to(x, target, ServerOpt("gd", 1.0).init(x))
+    assert torch.allclose(stepped["x"], torch.tensor([0.9, 1.2], dtype=torch.float64), rtol=1e-15)
+    with pytest.raises(ValueError, match="radius"):
+        ServerOpt("gd", 1.0, radius=0.0)
+
+
 def test_a_new_method_is_a_few_lines_of_configuration():
     """FedAvg with a server Adam (FedAdam, Reddi et al.) composed from existing parts: one small class.
     Checked against a plain loop: each sampled client runs K SGD steps from x and sends sum_k g_k

@@ -252,10 +252,14 @@ def _hetero_fractions(n):
     return [1.0, 0.5, 0.25, 1.0, 0.5, 0.75][:n]
 
 
+_RADIUS = 1.0
 #: every algorithm with a server model, run a few rounds on a small problem (factory(model, spec, data))
 SERVER_MODELS = {
     "FedAvg": lambda m, spec, d: FedAvg(m, local_steps=2, lr=0.2, batch_size=4, clients_per_round=3,
                                         server_opt=ServerOpt("heavy_ball", 0.8, momentum=0.5)),
+    # Alg. 3's projection onto an l2 ball: the server optimizer's (a radius the models leave within 6 rounds)
+    "FedAvg in a ball": lambda m, spec, d: FedAvg(m, local_steps=2, lr=0.2, batch_size=4,
+                                                  server_opt=ServerOpt("gd", 1.0, radius=_RADIUS)),
     "LocalizedFedAvg": lambda m, spec, d: LocalizedFedAvg(m, finetune_steps=1, finetune_lr=0.1, local_steps=2,
                                                           lr=0.2, batch_size=4),
     "Ditto": lambda m, spec, d: Ditto(m, lr=0.2, local_steps=2, batch_size=4, lam=0.5, personal_lr=0.1,
@@ -292,7 +296,7 @@ def _algorithm_classes() -> set[str]:
 
 
 def test_every_algorithm_is_checked_for_its_server_update():
-    assert _algorithm_classes() == set(SERVER_MODELS) | set(NO_SERVER_MODEL)
+    assert _algorithm_classes() == {name.split()[0] for name in SERVER_MODELS} | set(NO_SERVER_MODEL)
 
 
 @pytest.fixture
@@ -338,4 +342,6 @@ def test_the_new_server_model_is_what_the_server_optimizer_returned(name, mixed,
         assert server_steps, f"{name} round {r + 1}: the server model moved without a server optimizer step"
         assert _equal(after, server_steps[-1]), f"{name} round {r + 1}: the server model is not ServerOpt's"
         stepped += 1
+        if name.endswith("in a ball"):
+            assert torch.sqrt(sum((v ** 2).sum() for v in after.values())) <= _RADIUS * (1 + 1e-6)
     assert stepped >= 2

@@ -14,7 +14,7 @@ from ..engine.params import Params, broadcast, take
 from ..checks import check_positive
 from .base import BaseState, check_batch_size, eval_generator
 from .round import (WEIGHTINGS, Outputs, Pass, Passes, PassRound, aggregate, check_aggregator, client_weights,
-                    local_round, mask_extra, project_ball, sample_clients, takes_every_client)
+                    local_round, mask_extra, sample_clients, takes_every_client)
 from .server_opt import ServerOpt
 
 
@@ -71,8 +71,8 @@ class FederatedRound(PassRound):
     1/M (PERM's Alg. 3); ``'samples'`` weights by n_j (McMahan et al.). The clients send models
     (``sends = 'models'``: the server steps towards their average, ``ServerOpt.step_to``; plain GD at
     lr 1 is FedAvg's averaging) or pseudo-gradients (``'pseudo_gradients'``: LocalUpdate's q, the server
-    steps with their average, ``ServerOpt.step``). ``radius`` projects the server model onto the l2 ball
-    after each round (Alg. 3's optional projection; None = off). ``aggregator`` (``round.AGGREGATORS``): how the
+    steps with their average, ``ServerOpt.step``). (A projection of the server model onto an l2 ball,
+    Alg. 3's optional W, is the server optimizer's ``radius``.) ``aggregator`` (``round.AGGREGATORS``): how the
     outputs are combined, their mean or (robust to a few bad clients, unweighted) their coordinate-wise median
     or trimmed mean (``trim_fraction`` cut from each tail), as Flower's FedMedian / FedTrimmedAvg.
 
@@ -86,15 +86,13 @@ class FederatedRound(PassRound):
     sends = "models"
     #: the client step a round asks its participants for
     client_step = "local_models"
-    radius: float | None = None
     aggregator, trim_fraction = "mean", 0.2
     tolerates_missing = True  # a participant that does not answer is left out of the round's average
     #: whether the clients train sub-models (``round_masks``; the aggregator is then ``round.MASKED``)
     partial_training = False
 
     def set_round(self, *, batch_size, clients_per_round, weighting: str = "uniform",
-                  server_opt: ServerOpt | None = None, radius: float | None = None, aggregator: str = "mean",
-                  trim_fraction: float = 0.2):
+                  server_opt: ServerOpt | None = None, aggregator: str = "mean", trim_fraction: float = 0.2):
         """Check and set the round's settings."""
         self.batch_size = check_batch_size(batch_size)
         self.clients_per_round = None if clients_per_round is None else \
@@ -105,7 +103,6 @@ class FederatedRound(PassRound):
         if server_opt is not None and not isinstance(server_opt, ServerOpt):
             raise ValueError(f"server_opt must be a ServerOpt (gd, heavy_ball, nesterov, adam), got {server_opt!r}")
         self.server_opt = server_opt or ServerOpt("gd", 1.0)
-        self.radius = None if radius is None else check_positive("radius", radius)
         self.aggregator = check_aggregator(aggregator, trim_fraction, weighting, masked=self.partial_training)
         self.trim_fraction = float(trim_fraction)
 
@@ -146,8 +143,6 @@ class FederatedRound(PassRound):
                         trim_fraction=self.trim_fraction, masks=masks, base=s.w)
         step = self.server_opt.step_to if self.sends == "models" else self.server_opt.step
         w, server = step(s.w, avg, s.server)
-        if self.radius is not None:
-            w = project_ball(w, self.radius)
         return (yield from self.after_passes(s, replace(s, round=s.round + 1, w=w, server=server), clients))
 
     def after_passes(self, before: FedAvgState, after: FedAvgState, clients: Tensor) -> Passes:
@@ -163,20 +158,20 @@ class FederatedRound(PassRound):
 
 class FedAvg(FederatedRound):
     """Local SGD / FedAvg: broadcast w, K local SGD steps on each participating client, average (see
-    :class:`FederatedRound` for the participants, weighting, ``server_opt`` (FedAvgM, FedAdam) and
-    ``radius``). Its personalized model is the global model for every client."""
+    :class:`FederatedRound` for the participants, weighting and ``server_opt``: FedAvgM, FedAdam, a projection).
+    Its personalized model is the global model for every client."""
 
     name = "FedAvg"
     client_steps = PassRound.client_steps + ("local_models",)
 
     def __init__(self, model: FunctionalModel, *, local_steps: int, lr: float, batch_size: int | None,
-                 clients_per_round: int | None = None, weighting: str = "uniform", radius: float | None = None,
+                 clients_per_round: int | None = None, weighting: str = "uniform",
                  server_opt: ServerOpt | None = None, aggregator: str = "mean", trim_fraction: float = 0.2):
         self.model = model
         self.local_steps = check_positive("local_steps", local_steps, integer=True)
         self.lr = check_positive("lr", lr)
         self.set_round(batch_size=batch_size, clients_per_round=clients_per_round, weighting=weighting,
-                       server_opt=server_opt, radius=radius, aggregator=aggregator, trim_fraction=trim_fraction)
+                       server_opt=server_opt, aggregator=aggregator, trim_fraction=trim_fraction)
 
     def local_models(self, w: Params, data: FederatedDataset, clients: Tensor, generator, extra) -> Params:
         """The participants' local models [M, ..] from the global model w (``local_round``)."""

@@ -112,11 +112,9 @@ def robust_mean(local: Params, aggregator: str, trim_fraction: float = 0.2) -> P
     return out
 
 
-def aggregate(local: Params, weights: Tensor | None = None, radius: float | None = None, *,
-              masks: Params | None = None, base: Params | None = None, aggregator: str = "mean",
-              trim_fraction: float = 0.2) -> Params:
-    """The server's average of the participants' outputs (stacked [M, ..]), weights normalised; with
-    ``radius`` the average is projected onto the l2 ball of that radius (PERM's Alg. 3).
+def aggregate(local: Params, weights: Tensor | None = None, *, masks: Params | None = None,
+              base: Params | None = None, aggregator: str = "mean", trim_fraction: float = 0.2) -> Params:
+    """The server's average of the participants' outputs (stacked [M, ..]), weights normalised.
 
     ``aggregator`` (``AGGREGATORS``): ``'mean'`` that average; ``'median'`` / ``'trimmed_mean'`` the robust,
     unweighted coordinate-wise statistics of :func:`robust_mean` instead (no ``weights``, no ``masks``).
@@ -131,25 +129,17 @@ def aggregate(local: Params, weights: Tensor | None = None, radius: float | None
         if weights is not None or masks is not None:
             raise ValueError(f"aggregator {aggregator!r} takes no weights and no masks (it is unweighted and "
                              "covers every coordinate)")
-        w = robust_mean(local, aggregator, trim_fraction)
-        return w if radius is None else project_ball(w, radius)
+        return robust_mean(local, aggregator, trim_fraction)
     if masks is not None:
-        if weights is not None or radius is not None or base is None:
+        if weights is not None or base is None:
             raise ValueError("a masked aggregate takes base (the values of uncovered coordinates), "
-                             "and no weights or radius")
+                             "and no weights")
         out = {}
         for k, p in base.items():
             count = masks[k].sum(0)
             out[k] = torch.where(count > 0, (local[k] * masks[k]).sum(0) / count.clamp_min(1), p)
         return out
-    w = mean(local, weights)
-    return w if radius is None else project_ball(w, radius)
-
-
-def project_ball(w: Params, radius: float) -> Params:
-    """w projected onto the l2 ball of ``radius`` (PERM's Alg. 3's W)."""
-    norm = torch.sqrt(sum((v ** 2).sum() for v in w.values()))
-    return {k: v * (radius / norm) for k, v in w.items()} if norm > radius else w
+    return mean(local, weights)
 
 
 def client_update(model, start: Params, data: FederatedDataset, clients: Tensor, *, theta: Tensor,

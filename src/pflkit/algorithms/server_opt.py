@@ -9,6 +9,8 @@ Its state is plain tensors (checkpointable like every algorithm state) and its r
   y_{t+1} = x_{t+1} + beta (x_{t+1} - x_t) with the gradient taken at the stored point)
 - adam: torch.optim.Adam's update (FedAdam)
 
+and, with ``radius``, the new x projected onto the l2 ball of that radius (PERM's Alg. 3's optional W).
+
 :func:`momentum_step` takes per-model hyperparameters (tensors of shape [G] against parameters stacked
 [G, ..]), so a grid of G server settings steps in one call (``experiments.charles_nn.run_grid``);
 :class:`ServerOpt` is one setting applied to one model.
@@ -22,13 +24,19 @@ import torch
 from torch import Tensor
 
 from ..engine.params import Params, scale_like
-from ..theory.surrogate import tuned_server
+from ..theory.surrogate import SERVER_OPTS, tuned_server
 from ..checks import check_positive
 
 SERVER_KINDS = ("gd", "heavy_ball", "nesterov", "adam")
-MOMENTUM_KINDS = ("gd", "heavy_ball", "nesterov")  # the kinds :func:`momentum_step` covers
+MOMENTUM_KINDS = SERVER_OPTS  # the kinds :func:`momentum_step` covers: Table 2's (the surrogate's closed forms)
 #: how the Charles figures and tables name the momentum kinds
 SERVER_LABELS = {"gd": "no momentum", "nesterov": "Nesterov", "heavy_ball": "heavy-ball"}
+
+
+def project_ball(w: Params, radius: float) -> Params:
+    """w projected onto the l2 ball of ``radius`` (all its tensors as one vector)."""
+    norm = torch.sqrt(sum((v ** 2).sum() for v in w.values()))
+    return {k: v * (radius / norm) for k, v in w.items()} if norm > radius else w
 
 
 def momentum_step(x: Params, q: Params, buf: Params, lr: Tensor | float, momentum: Tensor | float,
@@ -64,7 +72,8 @@ def adam_step(x: Params, q: Params, m: Params, v: Params, step: int, lr: float,
 
 @dataclass(frozen=True)
 class ServerOpt:
-    """One server optimizer setting; ``init`` gives its state (tensors), ``step`` applies q.
+    """One server optimizer setting; ``init`` gives its state (tensors), ``step`` applies q. ``radius`` (None:
+    off): every step's new x is projected onto the l2 ball of that radius (``project_ball``).
 
     ``ServerOpt.tuned`` gives Table 2's (Charles & Konecny) settings for a Hessian spectrum [mu~, L~]."""
 
@@ -73,6 +82,7 @@ class ServerOpt:
     momentum: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
+    radius: float | None = None
 
     def __post_init__(self):
         if self.kind not in SERVER_KINDS:
@@ -85,6 +95,8 @@ class ServerOpt:
                              f"got momentum={self.momentum!r}")
         object.__setattr__(self, "lr", float(self.lr))
         object.__setattr__(self, "momentum", float(self.momentum))
+        if self.radius is not None:
+            object.__setattr__(self, "radius", float(check_positive("radius", self.radius)))
 
     @classmethod
     def tuned(cls, kind: str, mu_tilde: float, L_tilde: float) -> "ServerOpt":
@@ -104,9 +116,9 @@ class ServerOpt:
         t = state["step"] + 1
         if self.kind == "adam":
             x, m, v = adam_step(x, q, state["m"], state["v"], t, self.lr, self.betas, self.eps)
-            return x, {"step": t, "m": m, "v": v}
+            return self._within(x), {"step": t, "m": m, "v": v}
         x, buf = momentum_step(x, q, state["buf"], self.lr, self.momentum, self.kind == "nesterov")
-        return x, {"step": t, "buf": buf}
+        return self._within(x), {"step": t, "buf": buf}
 
     def step_to(self, x: Params, target: Params, state: dict) -> tuple[Params, dict]:
         """The step towards a target model (the clients' average model): pseudo-gradient x - target.
@@ -115,8 +127,12 @@ class ServerOpt:
         if self.kind != "gd":
             return self.step(x, {k: x[k] - target[k] for k in x}, state)
         new = target if self.lr == 1 else {k: (1 - self.lr) * x[k] + self.lr * target[k] for k in target}
-        return new, {**state, "step": state["step"] + 1}
+        return self._within(new), {**state, "step": state["step"] + 1}
+
+    def _within(self, x: Params) -> Params:
+        return x if self.radius is None else project_ball(x, self.radius)
 
     def __repr__(self) -> str:
         extra = f", momentum={self.momentum:g}" if self.kind in ("heavy_ball", "nesterov") else ""
+        extra += "" if self.radius is None else f", radius={self.radius:g}"
         return f"ServerOpt({self.kind}, lr={self.lr:g}{extra})"
