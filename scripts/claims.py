@@ -50,7 +50,7 @@ import sys
 from pathlib import Path
 from urllib.parse import quote
 
-from pflkit.cells import DEFAULT_STORE, SHARED_PROFILES, CellStore
+from pflkit.cells import CellStore, store_path
 from pflkit.config import read_yaml
 from pflkit.report import PROVENANCE, provenance_problem, settings_digest
 from pflkit.stages import PIPELINE_PROFILES, profile_path
@@ -322,7 +322,7 @@ def cell_progress(stage: str, profile: str, params: dict, root: Path = ROOT) -> 
     """(cells stored, cells planned) of a grid stage's last run under ``profile`` (``pflkit.cells``: the plan its
     run wrote in the cell store, the project's cells/ for a DVC pipeline's profile, else build/<profile>/cells),
     when that run had the settings ``params`` give the stage now; else None."""
-    store = CellStore(root / (DEFAULT_STORE if profile in SHARED_PROFILES else f"build/{profile}/cells"))
+    store = CellStore(root / store_path(profile))
     got = store.progress(stage)
     if got is None or got[2] != settings_digest(params, stage, profile):
         return None

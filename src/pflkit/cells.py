@@ -199,6 +199,14 @@ class CellStore:
         return sum(k in have for k in plan["cells"]), len(plan["cells"]), plan.get("settings_digest")
 
 
+def store_path(profile: str | None = None) -> str:
+    """Where ``profile``'s cells live, relative to the project root (``default_store`` without
+    ``$PFLKIT_CELLS``): the project's ``cells/`` for a shared profile, else ``build/<profile>/cells``."""
+    if profile in SHARED_PROFILES:
+        return DEFAULT_STORE
+    return f"build/{profile}/cells" if profile else "build/cells"
+
+
 def default_store(profile: str | None = None) -> CellStore:
     """``$PFLKIT_CELLS``; else the project's ``cells/`` for the paper profile (what a team shares),
     ``build/<profile>/cells`` for any other (default; smoke: the notebooks' and tests' own; the canary's),
@@ -206,9 +214,7 @@ def default_store(profile: str | None = None) -> CellStore:
     it measures what a stage's cells cost, so it never reuses them."""
     if os.environ.get(STORE_ENV):
         return CellStore(resolve(os.environ[STORE_ENV]))
-    if profile in SHARED_PROFILES:
-        return CellStore(resolve(DEFAULT_STORE))
-    store = CellStore(resolve(f"build/{profile}/cells" if profile else "build/cells"))
+    store = CellStore(resolve(store_path(profile)))
     if profile and profile.startswith("canary/"):
         shutil.rmtree(store.root, ignore_errors=True)
     return store

@@ -4,16 +4,40 @@ replaced when OVERRIDES (JSON: {"gammas": [...], "rounds": n}) says so. The exec
 the environment's ($PFLKIT_EXECUTOR, $PFLKIT_CELLS).
 
     python tests/integration/cells_driver.py OUT [OVERRIDES]
+
+The tests start it with :func:`launch` and read its last line, the run's ``cells`` (run.json), with :func:`cells_of`.
 """
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
-from pflkit import report
-from pflkit.experiments import charles_nn
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def launch(out: Path, store: Path, executor: str, overrides: dict | None = None, **popen) -> subprocess.Popen:
+    """The driver in a process of its own, on ``executor`` with the cell store ``store``, one thread."""
+    env = {**os.environ, "PFLKIT_EXECUTOR": executor, "PFLKIT_CELLS": str(store), "OMP_NUM_THREADS": "1",
+           "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.Popen([sys.executable, __file__, str(out), json.dumps(overrides or {})], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def cells_of(stdout: str) -> dict:
+    """The run's ``cells`` the driver printed last."""
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def computed(cells: dict) -> int:
+    """Cells the run computed (the others it found in the store)."""
+    return sum(t["computed"] for t in cells["tasks"])
 
 
 def main(out: str, overrides: str = "{}") -> None:
+    from pflkit import report
+    from pflkit.experiments import charles_nn
+
     more = json.loads(overrides)
     cfg = charles_nn.CharlesFig12Config.from_namespace({
         "stage": "charles_fig12", "profile": "smoke", "results_dir": str(Path(out, "results")),

@@ -10,13 +10,12 @@ which cells it runs changes nothing.
 - one value added to the grid: only its cells run;
 - no Ray process is left when the cluster is shut down.
 
-The push / fresh clone / pull round trip of the cell store: tests/integration/test_dvc_remote.py."""
+The push / fresh clone / pull round trip of the cell store: tests/integration/test_cells_share.py."""
 import json
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -27,8 +26,8 @@ ray = pytest.importorskip("ray")
 psutil = pytest.importorskip("psutil")
 from ray.cluster_utils import Cluster  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-DRIVER = Path(__file__).with_name("cells_driver.py")
+from cells_driver import cells_of, computed, launch  # noqa: E402
+
 STAGE = "charles_fig12"
 LOOPBACK = "127.0.0.1"
 # the group of the tests that start Ray or Flower's servers (tests/conftest.py): never two at once
@@ -70,26 +69,19 @@ def cluster():
 
 
 def _driver(out: Path, store: Path, executor: str, overrides: dict | None = None, **kw) -> subprocess.Popen:
-    env = {**os.environ, "PFLKIT_EXECUTOR": executor, "PFLKIT_CELLS": str(store), "OMP_NUM_THREADS": "1",
-           "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONPATH": str(ROOT / "src")}
-    return subprocess.Popen([sys.executable, str(DRIVER), str(out), json.dumps(overrides or {})], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    return launch(out, store, executor, overrides, **kw)
 
 
 def _run(out: Path, store: Path, executor: str, overrides: dict | None = None) -> dict:
     proc = _driver(out, store, executor, overrides)
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr[-3000:]
-    return json.loads(stdout.strip().splitlines()[-1])
+    return cells_of(stdout)
 
 
 def _stored(store: Path) -> int:
     folder = store / STAGE
     return len([p for p in folder.glob("*.json") if p.name != "plan.json"]) if folder.is_dir() else 0
-
-
-def _computed(cells: dict) -> int:
-    return sum(t["computed"] for t in cells["tasks"])
 
 
 def _cell_results(store: Path) -> dict:
@@ -121,7 +113,7 @@ def local(tmp_path_factory):
     the models name their folder, so the Ray run writes to the same one)."""
     base = tmp_path_factory.mktemp("local")
     cells = _run(base / "out", base / "store", "local")
-    assert cells["executor"] == "local" and _computed(cells) == 8
+    assert cells["executor"] == "local" and computed(cells) == 8
     outputs = {name: (base / "out" / "results" / name).read_bytes() for name in OUTPUTS}
     shutil.rmtree(base / "out")
     return outputs, _cell_results(base / "store"), base / "out"
@@ -131,7 +123,7 @@ def test_on_ray_the_stage_and_every_cell_equal_the_local_run(cluster, local, tmp
     outputs, results, out = local
     store = tmp_path / "store"
     cells = _run(out, store, f"ray:{cluster.address}")
-    assert cells["executor"] == f"ray:{cluster.address}" and _computed(cells) == 8
+    assert cells["executor"] == f"ray:{cluster.address}" and computed(cells) == 8
     assert len(cells["ran_on"]) >= 2  # the cells spread over the workers (one process per node here)
     for name in OUTPUTS:
         assert (out / "results" / name).read_bytes() == outputs[name], name
@@ -177,15 +169,15 @@ def test_a_killed_driver_rerun_computes_only_the_unfinished_cells(cluster, tmp_p
     assert 3 <= kept < 8 and not (out / "results" / "metrics.json").exists()
     assert not list(store.rglob("*.tmp*"))  # a cell is written beside its place and renamed in
     cells = _run(out, store, f"ray:{cluster.address}", SLOW)
-    assert (_computed(cells), _stored(store)) == (8 - kept, 8)
+    assert (computed(cells), _stored(store)) == (8 - kept, 8)
 
 
 def test_one_value_added_to_the_grid_runs_only_its_cells(cluster, tmp_path):
     out, store = tmp_path / "out", tmp_path / "store"
     first = _run(out, store, f"ray:{cluster.address}", {"gammas": [0.0, 0.1]})
-    assert _computed(first) == 4
+    assert computed(first) == 4
     grown = _run(out, store, f"ray:{cluster.address}", {"gammas": [0.0, 0.1, 0.5]})
-    assert _computed(grown) == 2 and _stored(store) == 6
+    assert computed(grown) == 2 and _stored(store) == 6
     again = _run(out, store, f"ray:{cluster.address}", {"gammas": [0.0, 0.1, 0.5]})
-    assert _computed(again) == 0
+    assert computed(again) == 0
     shutil.rmtree(out)

@@ -2,16 +2,14 @@
 project runs charles_fig12's smoke grid (8 cells) into its cells/, then ``git add cells``, ``dvc add
 cells/tensors``, ``dvc push`` to a remote; a fresh clone, ``dvc pull``: the stage run there computes no cell and
 writes the same outputs, byte for byte. A clone without the pull names the command that brings the tensors."""
-import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-DRIVER = Path(__file__).with_name("cells_driver.py")
+from cells_driver import cells_of, computed, launch
+
 OUTPUTS = ("history.csv", "diverged.csv", "metrics.json")
 
 
@@ -19,15 +17,11 @@ def _sh(*cmd, cwd):
     return subprocess.run(cmd, cwd=cwd, check=True, capture_output=True, text=True).stdout
 
 
-def _stage(out: Path, store: Path) -> tuple[dict, subprocess.CompletedProcess]:
-    env = {**os.environ, "PFLKIT_EXECUTOR": "local", "PFLKIT_CELLS": str(store), "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": str(ROOT / "src")}
-    done = subprocess.run([sys.executable, str(DRIVER), str(out)], cwd=ROOT, env=env, capture_output=True, text=True)
-    return (json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {}), done
-
-
-def _computed(cells: dict) -> int:
-    return sum(t["computed"] for t in cells["tasks"])
+def _stage(out: Path, store: Path) -> tuple[dict, int, str]:
+    """(the run's cells, or {} when it failed; its exit status; its stderr)."""
+    proc = launch(out, store, "local")
+    stdout, stderr = proc.communicate(timeout=600)
+    return (cells_of(stdout) if proc.returncode == 0 else {}), proc.returncode, stderr
 
 
 @pytest.mark.slow
@@ -39,9 +33,9 @@ def test_push_a_fresh_clone_pull_brings_every_cell_and_none_reruns(tmp_path):
     _sh(*dvc, "init", "-q", cwd=project)
     _sh(*dvc, "config", "core.analytics", "false", cwd=project)
     _sh(*dvc, "remote", "add", "-d", "shared", str(remote), cwd=project)
-    cells, done = _stage(tmp_path / "run", project / "cells")
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert _computed(cells) == 8
+    cells, status, stderr = _stage(tmp_path / "run", project / "cells")
+    assert status == 0, stderr[-2000:]
+    assert computed(cells) == 8
     _sh(*dvc, "add", "-q", "cells/tensors", cwd=project)  # the recipe: the tensors through DVC, the rest in git
     _sh("git", "add", "-A", cwd=project)
     _sh(*git, "commit", "-qm", "cells", cwd=project)
@@ -51,11 +45,11 @@ def test_push_a_fresh_clone_pull_brings_every_cell_and_none_reruns(tmp_path):
     assert "cells/tensors.dvc" in tracked and not any(p.endswith(".pt") for p in tracked)
 
     _sh("git", "clone", "-q", str(project), str(clone), cwd=tmp_path)
-    _, done = _stage(tmp_path / "unpulled", clone / "cells")  # records without tensors: the error says what to run
-    assert done.returncode != 0 and "dvc pull" in done.stderr
+    _, status, stderr = _stage(tmp_path / "unpulled", clone / "cells")  # records without tensors: the error says
+    assert status != 0 and "dvc pull" in stderr  # what to run
     _sh(*dvc, "pull", "-q", cwd=clone)
-    again, done = _stage(tmp_path / "pulled", clone / "cells")
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert _computed(again) == 0 and sum(t["cached"] for t in again["tasks"]) == 8
+    again, status, stderr = _stage(tmp_path / "pulled", clone / "cells")
+    assert status == 0, stderr[-2000:]
+    assert computed(again) == 0 and sum(t["cached"] for t in again["tasks"]) == 8
     for name in OUTPUTS:
         assert (tmp_path / "pulled/results" / name).read_bytes() == (tmp_path / "run/results" / name).read_bytes()

@@ -47,13 +47,14 @@ from ..checks import check_int
 from .. import cells, model_store, runner
 from ..algorithms.local_update import LocalUpdateGrid, setting_chunks
 from ..algorithms.server_opt import MOMENTUM_KINDS, SERVER_LABELS
-from ..config import (HLDA_DEFAULTS, PARTITION_OPTIONS, DatasetName, NonNegatives, PositiveInt, Positives,
-                      ProjectPath, Section, Seed, StageConfig, image_partition_problems, image_sources,
-                      network_footprint, one_of, raise_problems)
+from ..config import (DatasetName, NonNegatives, PositiveInt, Positives, ProjectPath, Section, Seed, StageConfig,
+                      image_sources, network_footprint, one_of, raise_problems)
 from ..data import prepared
 from ..data.federated import BATCH_ORDERS, FederatedDataset, data_digest
 from ..data.hlda import hierarchical_lda
+from ..data.partition import HLDA_DEFAULTS, PARTITION_OPTIONS
 from ..data.text import SEQ_LEN, SOURCES, VOCAB_SIZE
+from ..data.vision import image_partition_problems
 from ..divergence import grid_rule
 from ..engine import FunctionalModel, resolve_device
 from ..engine.full_batch import ROW_BYTES_FACTOR
@@ -565,16 +566,19 @@ def grid_cells(cfg: NNConfig, name: str, settings: list[Setting], data: Federate
     return out
 
 
-_KEPT: dict = {}  # the last task this process set up (a Ray worker computes pack after pack of one task)
+#: the tasks this process set up: the stage's driver keeps every task while it runs (it digests their data, and the
+#: local executor computes them here), a Ray worker the last one (it computes pack after pack of one task)
+_KEPT: dict = {}
 
 
-def _kept_setup(cfg: NNConfig, t: TaskSection):
-    """``_task_setup`` of the last task asked for again without rebuilding it (keyed by the task's section and
-    what the setup reads)."""
+def _kept_setup(cfg: NNConfig, t: TaskSection, keep: bool = False):
+    """``_task_setup`` of a task asked for again without rebuilding it (keyed by the task's section and what the
+    setup reads); a task not kept replaces the kept ones unless ``keep``."""
     key = json.dumps([t.model_dump(mode="json"), cfg.device, cfg.seed, cfg.batch_order, cfg.eval_split,
                       cfg.eval_samples], sort_keys=True, default=str)
     if key not in _KEPT:
-        _KEPT.clear()
+        if not keep:
+            _KEPT.clear()
         _KEPT[key] = _task_setup(cfg, t)
     return _KEPT[key]
 
@@ -631,7 +635,8 @@ def _run_tasks(cfg: NNConfig, settings: list[Setting]) -> TaskRuns:
     loss of ``cfg.eval_split`` is watched for divergence."""
     hist, dead, records, labels, models, scales, counts = [], [], {}, {}, {}, [], []
     store, executor = cells.default_store(results_origin(cfg.results_dir)[1]), cells.Executor.from_env(cfg.executor)
-    tasks = {name: _task_setup(cfg, t)[:2] for name, t in cfg.tasks.items()}
+    _KEPT.clear()
+    tasks = {name: _kept_setup(cfg, t, keep=True)[:2] for name, t in cfg.tasks.items()}
     grids = {name: grid_cells(cfg, name, settings, data) for name, (_, data) in tasks.items()}
     everything = [c for grid in grids.values() for c in grid]
     store.write_plan(cfg.stage, everything, provenance(cfg.results_dir)["settings"])
@@ -643,8 +648,11 @@ def _run_tasks(cfg: NNConfig, settings: list[Setting]) -> TaskRuns:
     # unless $PFLKIT_PACK says otherwise: a Ray task computes the settings one call of the stage holds
     # (settings_chunk: what fits one device; 1 without it), the local executor a task's cells in one call
     pack = executor.pack_size or ((cfg.settings_chunk or 1) if executor.kind == "ray" else None)
-    done = cells.run_cells(cfg.stage, everything, compute_cells, cfg, store=store, executor=executor,
-                           pack_size=pack, memory=memory)
+    try:
+        done = cells.run_cells(cfg.stage, everything, compute_cells, cfg, store=store, executor=executor,
+                               pack_size=pack, memory=memory)
+    finally:
+        _KEPT.clear()
     results = dict(zip([c.key for c in everything], done.results))
     for name, t in cfg.tasks.items():
         task, data = tasks[name]
