@@ -13,7 +13,10 @@ import time
 
 from tqdm.auto import tqdm
 
-from .stage_env import PROGRESS as ENV
+
+#: the environment variable naming a file the progress lines are appended to (the pipeline's stage runner sets
+#: it and echoes the file: :data:`pflkit.stage_env.PROGRESS`); unset: bars on the terminal
+ENV = "PFLKIT_PROGRESS"
 
 __all__ = ["ENV", "note", "bar", "Timer", "tqdm"]
 

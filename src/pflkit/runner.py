@@ -53,7 +53,10 @@ from .eval import HISTORY_COLUMNS, evaluate, majority_baseline
 from .io import CheckpointError, load_checkpoint, save_checkpoint, slug, state_from_payload, state_to_payload
 from .progress import Timer, note, tqdm
 from .progress import bar as progress_bar
-from .stage_env import TWIN_SHA256 as TWIN_ENV  # the notebook twin's SHA-256, set by the stage runner
+
+#: the environment variable holding the SHA-256 of the stage's notebook twin (the pipeline's stage runner sets it:
+#: :data:`pflkit.stage_env.TWIN_SHA256`), recorded in every checkpoint's identity
+TWIN_ENV = "PFLKIT_TWIN_SHA256"
 
 CHECKPOINT_FORMAT = 2  # 2: the fingerprint covers the code (package source + notebook twin)
 

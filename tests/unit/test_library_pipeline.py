@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pflkit import stage_env, stages
+from pflkit import progress, runner, stage_env, stages
 from pflkit.data import prepared
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -16,6 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SAME = [
     ("prepared.PREPARED", prepared.PREPARED, "stages.PREPARED", stages.PREPARED),
     ("prepared.REQUIRE_ENV", prepared.REQUIRE_ENV, "stage_env.REQUIRE_PREPARED", stage_env.REQUIRE_PREPARED),
+    ("runner.TWIN_ENV", runner.TWIN_ENV, "stage_env.TWIN_SHA256", stage_env.TWIN_SHA256),
+    ("progress.ENV", progress.ENV, "stage_env.PROGRESS", stage_env.PROGRESS),
 ]
 
 
