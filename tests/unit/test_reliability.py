@@ -20,8 +20,9 @@ import pytest
 import torch
 from pydantic import BaseModel
 
-from pflkit.config import (ConfigError, SimplexWeights, check_simplex, image_partition_problems, load_params,
-                           partition_problems, validate_stage)
+from pflkit.config import ConfigError, SimplexWeights, check_simplex, load_params, validate_stage
+from pflkit.data.partition import partition_problems
+from pflkit.data.vision import image_partition_problems
 from pflkit.data.synthetic import perm_synthetic
 from pflkit.engine import FunctionalModel
 from pflkit.algorithms import FedAvg, PERM

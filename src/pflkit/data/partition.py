@@ -1,10 +1,17 @@
 """Split a labelled pool of samples across clients: iid, k classes per client, Dirichlet(beta).
 
-Each partitioner returns a list of index arrays, one per client, and is deterministic for a seed.
+Each partitioner returns a list of index arrays, one per client, and is deterministic for a seed. The rules a
+partition spec (``{scheme: classes, classes_per_client: 2}``) must meet, checked before any data loads
+(:func:`partition_problems`: (key, problem) pairs naming the key, the value and what is allowed), are here too,
+beside the partitioners they guard; those that need a dataset's size are ``vision.image_partition_problems``.
 """
 from __future__ import annotations
 
+from typing import Mapping
+
 import numpy as np
+
+from ..checks import is_int, is_number, short_repr
 
 PARTITIONS = ("iid", "classes", "dirichlet")
 
@@ -101,3 +108,58 @@ def partition(labels, num_clients: int, scheme: str, seed: int = 0, **kwargs):
     if scheme == "dirichlet":
         return dirichlet(labels, num_clients, seed=seed, **kwargs)
     raise ValueError(f"partition scheme must be one of {PARTITIONS}, got {scheme!r}")
+
+
+#: partition scheme -> (required options, optional options); see the partitioners here, vision.federate
+#: and (hlda, Charles NN tasks only) pflkit.data.hlda
+PARTITION_OPTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "iid": ((), ("samples_per_client",)),
+    "classes": (("classes_per_client",), ("samples_per_client",)),
+    "dirichlet": (("beta",), ("min_size",)),
+    "natural": ((), ()),
+    "hlda": ((), ("alpha", "beta", "samples_per_client")),
+}
+#: the schemes image_federation (PERM figures, perm_hetero, Charles FEMNIST) can run
+IMAGE_SCHEMES = ("iid", "classes", "dirichlet", "natural")
+#: hierarchical LDA defaults (pflkit.experiments.charles_nn._hlda_federation); without num_clients, 500 clients
+HLDA_DEFAULTS = {"alpha": 0.1, "beta": 10.0, "samples_per_client": 100, "num_clients": 500}
+
+
+def partition_problems(spec, key: str = "partition", allow_natural: bool = True,
+                       schemes: tuple[str, ...] | None = None) -> list[tuple[str, str]]:
+    """Scheme name, option names (typos) and option values of one partition spec
+    (``{scheme: classes, classes_per_client: 2}``). ``schemes``: the allowed schemes (default the image
+    schemes, without ``natural`` unless ``allow_natural``)."""
+    if not isinstance(spec, Mapping):
+        return [(key, f"must be a mapping like {{scheme: iid}}, got {short_repr(spec)}")]
+    if schemes is None:
+        schemes = tuple(s for s in IMAGE_SCHEMES if allow_natural or s != "natural")
+    scheme = spec.get("scheme")
+    if not isinstance(scheme, str) or scheme not in schemes:
+        return [(f"{key}.scheme", f"must be one of {schemes}, got {short_repr(scheme)}")]
+    required, optional = PARTITION_OPTIONS[scheme]
+    problems = []
+    for k in spec:
+        if k != "scheme" and k not in required + optional:
+            problems.append((f"{key}.{k}", f"unknown option for scheme {scheme!r} (value {short_repr(spec[k])}); "
+                                           f"allowed: {sorted(required + optional) or 'none'}"))
+    for k in required:
+        if k not in spec:
+            problems.append((f"{key}.{k}", f"required by scheme {scheme!r}"))
+    for k in ("classes_per_client", "samples_per_client", "min_size"):
+        if k in spec and not (is_int(spec[k]) and spec[k] >= 1):
+            problems.append((f"{key}.{k}", f"must be an integer >= 1, got {short_repr(spec[k])}"))
+    what = {"beta": "Dirichlet concentration" if scheme == "dirichlet" else "hLDA fine-label concentration",
+            "alpha": "hLDA coarse-label concentration"}
+    for k in ("beta", "alpha"):
+        if k in spec and not (is_number(spec[k]) and spec[k] > 0):
+            problems.append((f"{key}.{k}", f"must be a number > 0 ({what[k]}; finite), got {short_repr(spec[k])}"))
+        elif k in spec and scheme == "dirichlet" and spec[k] < DIRICHLET_BETA_MIN:
+            problems.append((f"{key}.{k}", f"{short_repr(spec[k])} is below {DIRICHLET_BETA_MIN:g}: the Dirichlet "
+                                           f"draws then give (almost) every sample to one client, and the partition "
+                                           f"cannot give each client 2 samples; allowed: >= {DIRICHLET_BETA_MIN:g}"))
+    return problems
+
+
+#: the smallest Dirichlet concentration a partition takes (the papers' settings are 0.1 to 1)
+DIRICHLET_BETA_MIN = 0.01

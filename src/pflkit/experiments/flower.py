@@ -3,7 +3,7 @@ federated engine, Flower's simulation (Ray) and deployment (SuperLink + SuperNod
 same seed and client schedule; plus the federated protocol in one process (``pflkit.flower.loopback``,
 no Flower), which runs wherever the stage runs.
 
-It reuses PERM's Fig. 1 config and the one method registry (``experiments.curves.METHODS``: the stage is
+It reuses PERM's Fig. 1 config and the one method registry (``pflkit.methods.METHODS``: the stage is
 that figure's setting, on another engine), so every method is built by the same factory in every engine; the
 methods it accepts are those whose class declares ``federated`` (``curves.FEDERATED_METHODS``).
 """

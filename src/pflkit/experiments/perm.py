@@ -23,12 +23,12 @@ from pydantic import Field, field_validator, model_validator
 from .. import model_store
 from ..algorithms import FedAvg
 from ..algorithms.perm import mixing_weights
-from ..config import (PositiveInt, Section, Seed, Seeds, StageConfig, federated_memory, image_features,
-                      image_partition_problems, image_sources, names_from, network_footprint, one_of, raise_problems,
-                      short_repr)
+from ..checks import short_repr
+from ..config import (PositiveInt, Section, Seed, Seeds, StageConfig, federated_memory, image_features, image_sources,
+                      names_from, network_footprint, one_of, raise_problems)
 from ..data import prepared
 from ..data.federated import FederatedDataset
-from ..data.vision import federate
+from ..data.vision import federate, image_partition_problems
 from ..engine import FunctionalModel, resolve_device
 from ..engine.full_batch import FULL_BATCH_BYTES, ROW_BYTES_FACTOR
 from ..io import atomic_path, slug

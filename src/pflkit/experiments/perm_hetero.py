@@ -28,8 +28,9 @@ from pydantic import Field, field_validator, model_validator
 
 from .. import model_store
 from ..algorithms.perm_hetero import DISCREPANCIES
-from ..config import (PositiveInt, Section, Seed, Seeds, StageConfig, federated_memory, image_features,
-                      image_partition_problems, names_from, one_of, raise_problems)
+from ..config import (PositiveInt, Section, Seed, Seeds, StageConfig, federated_memory, image_features, names_from,
+                      one_of, raise_problems)
+from ..data.vision import image_partition_problems
 from ..engine import FunctionalModel, resolve_device
 from ..eval import evaluate, majority_baseline
 from ..models.width import EXTRACTIONS, masks_for, mlp_spec, num_parameters
