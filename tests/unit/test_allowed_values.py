@@ -1,7 +1,9 @@
-"""No allowed-value set is defined in two modules (issue 53): one module owns each set of allowed strings (a
-module-level tuple or set such as ``WEIGHTINGS``, ``BATCH_ORDERS``, ``EXTRACTIONS``; a ``Literal[...]``; a
-``one_of((...))`` field; a ``not in (...)`` check) and the others import it, so a new choice is added once."""
+"""No allowed-value set and no bound is defined in two modules (issue 53): one module owns each set of allowed
+strings (a module-level tuple or set such as ``WEIGHTINGS``, ``BATCH_ORDERS``, ``EXTRACTIONS``; a
+``Literal[...]``; a ``one_of((...))`` field; a ``not in (...)`` check) and each named bound (``SEED_MAX``,
+``DIRICHLET_BETA_MIN``, ...), and the others import it, so a new choice or a moved bound is changed once."""
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -92,3 +94,93 @@ def test_every_pending_duplicate_is_still_one():
     found = duplicates(_sources())
     gone = [sorted(s) for s in PENDING if s not in found]
     assert not gone, f"defined once now: remove from PENDING: {gone}"
+
+
+# ---------------------------------------------------------------------------------------------- bounds
+#: the name of a module-level bound (SEED_MAX, DIRICHLET_BETA_MIN, ECHO_LIMIT, MEMORY_FLOOR, ...)
+BOUND_NAME = re.compile(r"^_?[A-Z][A-Z0-9_]*_(MIN|MAX|LIMIT|FLOOR)(_[A-Z0-9_]+)?$|^_?[A-Z][A-Z0-9_]*_(MIN|MAX)_[A-Z]+")
+#: values that are bounds of several ideas at once (not one bound written twice)
+TRIVIAL = {0, 1, 2, 10}
+#: the same number for two ideas
+COINCIDENT_BOUNDS = {
+    80: "config.KEY_LIMIT (longest key echoed) and checks.ECHO_LIMIT (longest value echoed)",
+    600: "config.LINE_LIMIT (longest message line) and figure_config's largest dpi",
+}
+
+
+def _number(node) -> float | None:
+    """The value of a numeric literal or of constant arithmetic on literals (2**32 - 1, 768 * 2**20)."""
+    try:
+        value = eval(compile(ast.Expression(node), "<bound>", "eval"), {"__builtins__": {}})  # literals only
+    except Exception:
+        return None
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _literal_only(node) -> bool:
+    return all(isinstance(n, (ast.Constant, ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop, ast.expr_context))
+               for n in ast.walk(node))
+
+
+def named_bounds(text: str) -> list[tuple[str, float, int]]:
+    """(name, value, line) of every module-level bound constant written as a number."""
+    out = []
+    for node in ast.parse(text).body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+            if isinstance(target, ast.Name) and BOUND_NAME.match(target.id) and _literal_only(node.value) \
+                    and (value := _number(node.value)) is not None:
+                out.append((target.id, value, node.lineno))
+    return out
+
+
+def bound_literals(text: str) -> list[tuple[float, int]]:
+    """(value, line) of every number a module compares with or gives a pydantic Field as a bound (ge, gt, le,
+    lt): where a bound written out again would show."""
+    out = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Compare):
+            out += [(v, node.lineno) for c in [node.left, *node.comparators]
+                    if _literal_only(c) and (v := _number(c)) is not None]
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Field":
+            out += [(v, node.lineno) for k in node.keywords if k.arg in ("ge", "gt", "le", "lt")
+                    and _literal_only(k.value) and (v := _number(k.value)) is not None]
+    return out
+
+
+def bound_duplicates(files: dict[str, str]) -> list[str]:
+    """Each bound defined in two modules (by name or by value), or written out as a number in a module other
+    than its owner's (which should import it)."""
+    owners: dict[float, list[str]] = defaultdict(list)
+    names: dict[str, list[str]] = defaultdict(list)
+    for module, text in files.items():
+        for name, value, line in named_bounds(text):
+            owners[value].append(f"{module}:{line} {name}")
+            names[name.lstrip("_")].append(module)
+    found = [f"{name} defined in {mods}" for name, mods in names.items() if len(set(mods)) > 1]
+    found += [f"{value:g} defined as {where}" for value, where in owners.items()
+              if len({w.partition(":")[0] for w in where}) > 1 and value not in COINCIDENT_BOUNDS]
+    for module, text in files.items():
+        for value, line in bound_literals(text):
+            mine = [w for w in owners.get(value, []) if w.partition(":")[0] == module]
+            if value in owners and value not in TRIVIAL and value not in COINCIDENT_BOUNDS and not mine:
+                found.append(f"{module}:{line} writes {value:g}, the bound {owners[value]}")
+    return found
+
+
+def test_the_bound_collector_finds_a_bound_written_twice():
+    cases = [
+        ("SEED_MAX = 2**32 - 1", "SEED_MAX = 2**32 - 1", True),           # one name, two modules
+        ("SEED_MAX = 2**32 - 1", "TOP_MAX = 4294967295", True),           # one value, two names
+        ("SEED_MAX = 2**32 - 1", "def f(s):\n    return s <= 2**32 - 1", True),  # written out again
+        ("SEED_MAX = 2**32 - 1", "x: int = Field(le=4294967295)", True),
+        ("SEED_MAX = 2**32 - 1", "from m import SEED_MAX\ndef f(s):\n    return s <= SEED_MAX", False),
+        ("SEED_MAX = 2**32 - 1", "def f(s):\n    return s >= 1", False),  # a trivial number
+    ]
+    for one, two, dup in cases:
+        assert bool(bound_duplicates({"m.py": one, "n.py": two})) is dup, (one, two)
+
+
+def test_no_bound_is_defined_in_two_modules():
+    found = bound_duplicates(_sources())
+    assert not found, "\n".join(found)
