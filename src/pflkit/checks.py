@@ -21,15 +21,20 @@ def is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def is_real(v) -> bool:
+    """An int or float (a bool is neither)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def is_number(v) -> bool:
     """An int or float (no bool), finite."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return is_real(v) and math.isfinite(v)
 
 
 def check_int(name: str, value, minimum: int, allowed: str | None = None):
     """``value`` if it is an integer (a bool is not) >= ``minimum``, else a ValueError: "``name`` must be
     ``allowed`` (by default "an integer >= ``minimum``"), got ``value``"."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if not is_int(value) or value < minimum:
         raise ValueError(f"{name} must be {allowed or f'an integer >= {minimum}'}, got {value!r}")
     return value
 
@@ -37,9 +42,7 @@ def check_int(name: str, value, minimum: int, allowed: str | None = None):
 def check_positive(name: str, value, integer: bool = False, allow_zero: bool = False):
     """``value`` if it is a number (with ``integer``, an integer; a bool is neither) > 0 (>= 0 with
     ``allow_zero``), else a ValueError naming ``name``."""
-    ok_type = isinstance(value, int) and not isinstance(value, bool) if integer else \
-        isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok_type or not (value >= 0 if allow_zero else value > 0):
+    if not (is_int(value) if integer else is_real(value)) or not (value >= 0 if allow_zero else value > 0):
         kind = "an integer" if integer else "a number"
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{name} must be {kind} {bound}, got {value!r}")

@@ -21,6 +21,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .checks import is_int, is_real
+
 DIVERGE_FACTOR = 10.0  # default: final loss > 10 x the round-0 loss is divergence
 ABORT_MULTIPLE = 100.0  # a loss above ABORT_MULTIPLE x diverge_factor x initial stops the run at once
 
@@ -32,8 +34,7 @@ class DivergenceError(RuntimeError):
 
 def check_diverge_factor(diverge_factor) -> float:
     """``diverge_factor`` if it is a number > 1 (inf: no loss-growth check), else a ValueError naming it."""
-    if isinstance(diverge_factor, bool) or not isinstance(diverge_factor, (int, float)) \
-            or not diverge_factor > 1:
+    if not is_real(diverge_factor) or not diverge_factor > 1:
         raise ValueError(f"diverge_factor must be a number > 1 (inf: no loss-growth check), got {diverge_factor!r}")
     return diverge_factor
 
@@ -52,10 +53,9 @@ class DivergenceRule:
 
     def __post_init__(self):
         check_diverge_factor(self.factor)
-        if self.patience is not None and (isinstance(self.patience, bool) or not isinstance(self.patience, int)
-                                          or self.patience < 1):
+        if self.patience is not None and (not is_int(self.patience) or self.patience < 1):
             raise ValueError(f"diverge_patience must be a positive int or None (no such clause), got {self.patience!r}")
-        if self.blow_up is not None and not (isinstance(self.blow_up, (int, float)) and self.blow_up >= 1):
+        if self.blow_up is not None and not (is_real(self.blow_up) and self.blow_up >= 1):
             raise ValueError(f"blow_up must be a number >= 1 or None (no such clause), got {self.blow_up!r}")
 
     def judge(self, loss: float | None, reference: float | None, streak: int = 0, final: bool = False,

@@ -1,25 +1,50 @@
 """The methods the stages run, one record each (``Method``): key (params.yaml), display name, factory from a
-stage config, algorithm class, the settings it needs, whether its paper runs it.
+stage config, algorithm class, the settings it needs and their section's model, whether its paper runs it.
 
 Torch-free: the plot stages read the names here (and their styles by the same keys: ``plotting.STYLES``);
-``Method.algorithm`` imports the class when asked, ``Method.make`` builds the method through its factory. (A
-method's own config section, a pydantic model validated with the library's allowed values, is in
-``experiments.curves``.)
+``Method.algorithm`` imports the class when asked, ``Method.make`` builds the method through its factory. A
+method's own settings section is defined here beside its record (the curve stages' configs get one optional
+field per section: ``experiments.curves.MethodSettings``); PERM's, validated with the library's alpha solvers,
+is ``experiments.curves.PermSection``.
 """
 from __future__ import annotations
 
-import importlib
 from typing import Callable, Literal, NamedTuple
+
+from pydantic import Field
+
+from .config import Section
+from .stages import resolve
 
 _COLLABORATIVE = "pflkit.algorithms.collaborative"
 
 
-def _class(path: str) -> type:
-    """The class at ``path`` ("module:Class"), imported now. (By name: the static import walk behind DVC's deps,
-    ``scripts/dvc_stages.py``, then does not count the algorithms among a plot stage's code; every compute stage
-    imports them itself.)"""
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
+class TorchFedSection(Section):
+    """PERM (TorchFed shuffle)'s one setting: the FedAvg warm-up rounds before alpha is estimated (the source's
+    ``num_comms_warmup``, configs/_base_/federated/fedshuffle.py)."""
+    warmup_rounds: int = Field(ge=1)
+
+
+class PerFedAvgSection(Section):
+    """Per-FedAvg's inner step alpha (its outer step beta is lr['perfedavg_fo' | 'perfedavg_hf'])."""
+    alpha: float = Field(ge=0)
+    delta: float = Field(gt=0)  # finite-difference Hessian-vector products (HF)
+
+
+class PFedMeSection(Section):
+    """pFedMe's personal lr, lambda, K inner steps and server mixing beta (its lr is lr['pfedme'])."""
+    personal_lr: float = Field(gt=0)
+    lam: float = Field(gt=0)
+    inner_steps: int = Field(ge=1)
+    beta: float = Field(gt=0)
+
+
+class DittoSection(Section):
+    """Ditto's personal models (see pflkit.algorithms.ditto.Ditto): the pull lambda towards the global model and
+    their SGD steps per round (null: local_steps); both models step at lr['ditto'] (one learning rate, as
+    ``lr_sweep`` tunes one per method)."""
+    lam: float = Field(ge=0)
+    personal_steps: int | None = Field(ge=1)
 
 
 def _local(cls, m, c):
@@ -123,7 +148,9 @@ class Method(NamedTuple):
     curve, timing and Flower stages: ``make(model, cfg)``), "hetero" (perm_hetero, whose clients train
     sub-models: ``make(model, cfg, spec, fractions)``, the width spec and each client's budget) or "speedup"
     (Chayti et al.'s collaborative runs); ``needs``: the config fields of the method's own settings, which a stage
-    gives only when its ``methods`` lists the method (``experiments.curves.missing_settings``)."""
+    gives only when its ``methods`` lists the method (``experiments.curves.missing_settings``); ``section``: the
+    model of its own settings section, the config field ``needs[0]`` (every curve stage's config gets that field,
+    optional: ``experiments.curves.MethodSettings``)."""
     name: str
     factory: Callable | None
     path: str
@@ -132,11 +159,14 @@ class Method(NamedTuple):
     #: whether the method's paper runs it (the PERM paper's claims compare PERM with these only); False: a
     #: baseline beyond the paper, compared with PERM in a ledger row of its own (``claim_perm_vs_<key>``)
     paper: bool = True
+    section: type[Section] | None = None
 
     @property
     def algorithm(self) -> type:
-        """The algorithm class (imported on first use: the record itself loads no torch)."""
-        return _class(self.path)
+        """The algorithm class, imported when asked: the record itself loads no torch. (By name: the static import
+        walk behind DVC's deps, ``scripts/dvc_stages.py``, then does not count the algorithms among a plot
+        stage's code; every compute stage imports them itself.)"""
+        return resolve(self.path)
 
     def make(self, *args):
         """The method built by its factory: ``factory(algorithm, *args)``, ``args`` the model and the stage
@@ -159,11 +189,14 @@ METHODS: dict[str, Method] = {
     "perm": Method("PERM", _perm, _in("PERM")),
     "perm_alpha": Method("PERM (alpha visits)", lambda cls, m, c: _perm(cls, m, c, "perm_alpha", "alpha"),
                          _in("PERM"), needs=("perm_alpha",)),
-    "perm_torchfed": Method("PERM (TorchFed shuffle)", _perm_torchfed, _in("PERM"), needs=("perm_torchfed",)),
-    "perfedavg_fo": Method("Per-FedAvg (FO)", _perfedavg("fo"), _in("PerFedAvg"), needs=("perfedavg",)),
-    "perfedavg_hf": Method("Per-FedAvg (HF)", _perfedavg("hf"), _in("PerFedAvg"), needs=("perfedavg",)),
-    "pfedme": Method("pFedMe", _pfedme, _in("PFedMe"), needs=("pfedme",)),
-    "ditto": Method("Ditto", _ditto, _in("Ditto"), needs=("ditto",), paper=False),
+    "perm_torchfed": Method("PERM (TorchFed shuffle)", _perm_torchfed, _in("PERM"), needs=("perm_torchfed",),
+                            section=TorchFedSection),
+    "perfedavg_fo": Method("Per-FedAvg (FO)", _perfedavg("fo"), _in("PerFedAvg"), needs=("perfedavg",),
+                           section=PerFedAvgSection),
+    "perfedavg_hf": Method("Per-FedAvg (HF)", _perfedavg("hf"), _in("PerFedAvg"), needs=("perfedavg",),
+                           section=PerFedAvgSection),
+    "pfedme": Method("pFedMe", _pfedme, _in("PFedMe"), needs=("pfedme",), section=PFedMeSection),
+    "ditto": Method("Ditto", _ditto, _in("Ditto"), needs=("ditto",), paper=False, section=DittoSection),
     "perm_hetero": Method("PERM-hetero", _perm_hetero("perm_hetero"), _in("PERMHetero"), "hetero"),
     "perm_hetero_paper": Method("PERM-hetero (paper D)", _perm_hetero("perm_hetero_paper"), _in("PERMHetero"),
                                 "hetero"),

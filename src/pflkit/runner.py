@@ -42,7 +42,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from .checks import check_int
+from .checks import check_int, is_int
 from .data.federated import FederatedDataset, data_digest
 # the divergence rule, shared with the federated server; its names stay importable from here too
 from .divergence import (ABORT_MULTIPLE, DIVERGE_FACTOR, DivergenceError, check_diverge_factor,  # noqa: F401
@@ -120,7 +120,7 @@ def _stale_reason(saved, fingerprint: str) -> str | None:
 
 
 def _check_rows(rows, start: int, rounds: int) -> list[tuple]:
-    if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start <= rounds:
+    if not is_int(start) or not 0 <= start <= rounds:
         raise CheckpointError(f"round: {start!r} is not a round of this run (0..{rounds})")
     if not isinstance(rows, list) or not all(isinstance(r, (list, tuple)) and len(r) == len(HISTORY_COLUMNS)
                                              for r in rows):

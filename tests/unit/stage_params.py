@@ -37,11 +37,11 @@ def perm_section(**given) -> dict:
 
 def perfedavg_section(**given) -> dict:
     from pflkit.algorithms import PerFedAvg
-    from pflkit.experiments.curves import PerFedAvgSection
+    from pflkit.methods import PerFedAvgSection
     return _section(PerFedAvgSection, PerFedAvg, given)
 
 
 def pfedme_section(**given) -> dict:
     from pflkit.algorithms import PFedMe
-    from pflkit.experiments.curves import PFedMeSection
+    from pflkit.methods import PFedMeSection
     return _section(PFedMeSection, PFedMe, given)

@@ -31,7 +31,7 @@ def test_server_settings_reach_the_fedavg_family():
     assert isinstance(built["perm"], PERM)  # PERM's shuffling has every client host a model each round
 
 
-@pytest.mark.parametrize("section", ["perm", "perfedavg", "pfedme"])
+@pytest.mark.parametrize("section", ["perm", "perfedavg", "pfedme", "ditto"])
 def test_a_method_section_has_no_code_default_and_a_missing_key_is_named(section):
     """params.yaml is the one source of the methods' settings: every key of their sections is required (a
     profile's overlay replaces the whole mapping and gives every key), and one left out is named."""
@@ -41,6 +41,30 @@ def test_a_method_section_has_no_code_default_and_a_missing_key_is_named(section
     dropped = sorted(values)[0]
     with pytest.raises(ConfigError, match=rf"perm_fig1\.{section}\.{dropped}: .*[Ff]ield required"):
         smoke_config(**{section: {k: v for k, v in values.items() if k != dropped}})
+
+
+def test_a_records_section_is_an_optional_field_of_every_config_that_runs_curve_methods():
+    """A method's section is defined once, beside its record (``Method.section``, the config field ``needs[0]``):
+    every config that names curve methods by key gets that field (``curves.MethodSettings``), None unless given,
+    and records sharing a field share its model. So the timing stage may time Ditto, as any curve method."""
+    from pflkit.experiments.curves import RunConfig
+    from pflkit.methods import DittoSection, PerFedAvgSection, PFedMeSection, TorchFedSection
+    sections = {}
+    for key, method in E.METHODS.items():
+        if method.section is not None:
+            assert sections.setdefault(method.needs[0], method.section) is method.section, key
+    assert sections == {"perm_torchfed": TorchFedSection, "perfedavg": PerFedAvgSection, "pfedme": PFedMeSection,
+                        "ditto": DittoSection}
+    for cls in (RunConfig, E.PermFig1Config, E.ImageCurvesConfig, E.PermFig3Config):
+        for name, model in sections.items():
+            field = cls.model_fields[name]
+            assert field.default is None and field.annotation == model | None, (cls, name)
+    values = stage_values(load_params(ROOT / "params.yaml"), "perm_fig3", "smoke")
+    with pytest.raises(ConfigError, match=r"perm_fig3\.ditto: not given, but methods lists ditto"):
+        E.PermFig3Config.build({**values, "methods": ["ditto"], "lr": {"ditto": 0.1}})
+    cfg = E.PermFig3Config.build({**values, "methods": ["ditto"], "lr": {"ditto": 0.1},
+                                  "ditto": {"lam": 0.01, "personal_steps": None}})
+    assert cfg.ditto == DittoSection(lam=0.01, personal_steps=None)
 
 
 def test_shuffled_batch_order_runs_and_differs_from_with_replacement():

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 import torch
 
-from ..checks import check_int
+from ..checks import check_int, is_real
 
 if TYPE_CHECKING:  # pandas loads only where a table is built (a ClientApp process imports none)
     import pandas as pd
@@ -111,7 +111,7 @@ class BC:
         runs = x0.shape[0]
         a = per_run("a", self.a, runs, x0, 0.0, 1.0)
         b = per_run("b", self.b, runs, x0, 0.0, 1.0)
-        if isinstance(self.c0, bool) or not isinstance(self.c0, (int, float)) or self.c0 != self.c0:
+        if not is_real(self.c0) or self.c0 != self.c0:
             raise ValueError(f"c0 must be a number (the initial bias estimate, every coordinate), got {self.c0!r}")
         return a, b, torch.full_like(x0, float(self.c0))
 
@@ -135,7 +135,7 @@ class BiasOracleBC:
     name = "Bias oracle"
 
     def init(self, x0, n_collaborators):
-        if isinstance(self.s_b, bool) or not isinstance(self.s_b, (int, float)) or not self.s_b >= 0:
+        if not is_real(self.s_b) or not self.s_b >= 0:
             raise ValueError(f"s_b must be a number >= 0, got {self.s_b!r}")
         return per_run("a", self.a, x0.shape[0], x0, 0.0, 1.0), float(self.s_b) / n_collaborators ** 0.5
 

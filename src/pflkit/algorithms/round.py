@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from ..checks import is_real
 from ..data.draws import ClientDraws, as_draws
 from ..data.federated import FederatedDataset
 from ..engine.local_sgd import local_sgd
@@ -81,8 +82,7 @@ def check_aggregator(aggregator: str, trim_fraction: float = 0.2, weighting: str
     allowed = (MASKED,) if masked else AGGREGATORS
     if aggregator not in allowed:
         raise ValueError(f"aggregator must be one of {allowed}, got {aggregator!r}")
-    if isinstance(trim_fraction, bool) or not isinstance(trim_fraction, (int, float)) \
-            or not 0 <= trim_fraction < 0.5:
+    if not is_real(trim_fraction) or not 0 <= trim_fraction < 0.5:
         raise ValueError(f"trim_fraction must be a number in [0, 0.5) (the share cut from each tail), "
                          f"got {trim_fraction!r}")
     if aggregator != "mean" and weighting != "uniform":

@@ -24,15 +24,15 @@ from typing import Sequence
 
 import torch
 
-from ..checks import check_int
+from ..checks import check_int, is_real
 from ..device import resolve_device
 
 __all__ = ["NoisyQuadraticUsers"]
 
 
 def _vector(name: str, value, dim: int, *, positive: bool) -> tuple[float, ...]:
-    values = [value] * dim if isinstance(value, (int, float)) and not isinstance(value, bool) else list(value)
-    if len(values) != dim or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
+    values = [value] * dim if is_real(value) else list(value)
+    if len(values) != dim or not all(is_real(v) for v in values):
         raise ValueError(f"{name} must be a number or a sequence of {dim} numbers (dim={dim}), got {value!r}")
     if positive and any(not v > 0 for v in values):
         raise ValueError(f"{name} must be > 0 in every coordinate, got {value!r}")
@@ -62,7 +62,7 @@ class NoisyQuadraticUsers:
     def __post_init__(self):
         n, dim = self.n_collaborators, self.dim
         check_int("n_collaborators", n, 1), check_int("dim", dim, 1)
-        if isinstance(self.sigma, bool) or not isinstance(self.sigma, (int, float)) or not self.sigma >= 0:
+        if not is_real(self.sigma) or not self.sigma >= 0:
             raise ValueError(f"sigma must be a number >= 0, got {self.sigma!r}")
         if self.dtype not in (torch.float32, torch.float64):
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got {self.dtype!r}")

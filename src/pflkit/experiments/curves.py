@@ -1,6 +1,6 @@
 """The curve machinery every curve stage shares (PERM's Figs. 1, 2 and 4, Fig. 3's timing, the hetero and the
-Flower stages): the families of the one method registry (:mod:`pflkit.methods`), the methods' own config
-sections, ``RunConfig``, ``run_curves`` (every method x seed, with
+Flower stages): the families of the one method registry (:mod:`pflkit.methods`), PERM's config section and
+the fields of the records' sections (``MethodSettings``), ``RunConfig``, ``run_curves`` (every method x seed, with
 checkpoints), the saved runs (``save_models`` and their re-evaluation), the lr sweep and the "PERM is best"
 claim with its seed-to-seed spread. Paper modules (``experiments.perm`` and the others) hold their configs and
 figure functions only.
@@ -15,11 +15,12 @@ from typing import Annotated, Callable, Literal
 
 import pandas as pd
 import torch
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, create_model, field_validator, model_validator
 
 from .. import model_store, progress
 from ..algorithms.perm import ALPHA_INITS, ALPHA_SOLVERS
 from ..algorithms.round import WEIGHTINGS
+from ..checks import is_int
 from ..config import Section, Seeds, StageConfig, names_from, one_of, raise_problems
 from ..data.federated import BATCH_ORDERS, FederatedDataset, data_digest
 from ..device import device_name
@@ -51,37 +52,9 @@ class PermSection(Section):
     @field_validator("update_every", mode="before")
     @classmethod
     def _every(cls, v):
-        if v is None or v == "epoch" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+        if v is None or v == "epoch" or (is_int(v) and v >= 1):
             return v
         raise ValueError(f"must be an integer >= 1, 'epoch' or null, got {v!r}")
-
-
-class TorchFedSection(Section):
-    """PERM (TorchFed shuffle)'s one setting: the FedAvg warm-up rounds before alpha is estimated (the source's
-    ``num_comms_warmup``, configs/_base_/federated/fedshuffle.py)."""
-    warmup_rounds: int = Field(ge=1)
-
-
-class PerFedAvgSection(Section):
-    """Per-FedAvg's inner step alpha (its outer step beta is lr['perfedavg_fo' | 'perfedavg_hf'])."""
-    alpha: float = Field(ge=0)
-    delta: float = Field(gt=0)  # finite-difference Hessian-vector products (HF)
-
-
-class PFedMeSection(Section):
-    """pFedMe's personal lr, lambda, K inner steps and server mixing beta (its lr is lr['pfedme'])."""
-    personal_lr: float = Field(gt=0)
-    lam: float = Field(gt=0)
-    inner_steps: int = Field(ge=1)
-    beta: float = Field(gt=0)
-
-
-class DittoSection(Section):
-    """Ditto's personal models (see pflkit.algorithms.ditto.Ditto): the pull lambda towards the global model and
-    their SGD steps per round (null: local_steps); both models step at lr['ditto'] (one learning rate, as
-    ``lr_sweep`` tunes one per method)."""
-    lam: float = Field(ge=0)
-    personal_steps: int | None = Field(ge=1)
 
 
 #: the baselines beyond the PERM paper (``Method.paper`` False)
@@ -127,7 +100,22 @@ def missing_lrs(lr: dict, methods: list[str]) -> list[tuple[str, str]]:
                    f"given: {sorted(lr)})")] if missing else []
 
 
-class RunConfig(StageConfig):
+def _method_sections() -> dict:
+    """One optional field per method section of the records (``Method.section``, at ``needs[0]``): None where
+    the stage does not run the method."""
+    fields = {}
+    for m in METHODS.values():
+        if m.section is not None:
+            fields[m.needs[0]] = (m.section | None, None)
+    return fields
+
+
+#: the methods' own settings sections (``Method.section``), each given where the stage's ``methods`` lists a method
+#: that needs it: a base of every config that runs curve methods by key
+MethodSettings = create_model("MethodSettings", __base__=StageConfig, __module__=__name__, **_method_sections())
+
+
+class RunConfig(MethodSettings):
     """Fields shared by the PERM curve figures."""
     rounds: int = Field(ge=1)
     local_steps: int = Field(ge=1)
@@ -139,21 +127,16 @@ class RunConfig(StageConfig):
     methods: MethodNames
     seeds: Seeds
     eval_every: int = Field(ge=1)
-    #: FedAvg, localized FedAvg, Per-FedAvg and pFedMe: clients sampled per round (null: all) and how the
+    #: FedAvg, localized FedAvg, Per-FedAvg, pFedMe and Ditto: clients sampled per round (null: all) and how the
     #: server weights them; PERM (every client hosts one model per shuffle step) and Local train all
     clients_per_round: int | None = Field(ge=1)
     weighting: Literal[WEIGHTINGS]
     #: minibatch draws of every method: with replacement, or shuffled passes over each client's rows
     batch_order: Literal[BATCH_ORDERS]
     perm: PermSection
-    #: each method's own settings, given where methods lists it (``Method.needs``): perm_alpha is PERM(visit='alpha')
-    #: with its own lambda etc., perm_torchfed PERM(visit='interpolate'), TorchFed's fedshuffle rule; ditto a
-    #: baseline beyond the papers (Li et al. 2021)
+    #: PERM(visit='alpha') with its own lambda etc., given where methods lists perm_alpha (the other methods'
+    #: sections: ``MethodSettings``)
     perm_alpha: PermSection | None = None
-    perm_torchfed: TorchFedSection | None = None
-    perfedavg: PerFedAvgSection | None = None
-    pfedme: PFedMeSection | None = None
-    ditto: DittoSection | None = None
 
     @model_validator(mode="after")
     def _lr_for_each_method(self):

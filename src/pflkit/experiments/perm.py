@@ -38,8 +38,8 @@ from ..paths import resolve
 from ..progress import note
 from ..report import StageResult
 from . import curves
-from .curves import (METHODS, PERM_VARIANTS, CurveStepSizes, MethodNames, PerFedAvgSection, PermSection,
-                     PFedMeSection, RunConfig, missing_lrs, run_curves)
+from .curves import (METHODS, PERM_VARIANTS, CurveStepSizes, MethodNames, MethodSettings, PermSection, RunConfig,
+                     missing_lrs, run_curves)
 from .curves import save_models  # noqa: F401  (the notebooks' ``experiment.save_models``: the shared one)
 from .images import DatasetSection, dataset_record, image_federation, load_images
 
@@ -621,7 +621,7 @@ class PermFig5Config(StageConfig):
 Workloads = names_from(("synthetic-logistic", "mnist-mlp"))
 
 
-class PermFig3Config(StageConfig):
+class PermFig3Config(MethodSettings):
     """Wall-clock time of one communication round (K local steps) per method, fixed CPU threads."""
 
     #: the synthetic-logistic workload: PERM's Fig. 1 data at its paper size, seed 0
@@ -647,8 +647,6 @@ class PermFig3Config(StageConfig):
     finetune_steps: int | None = Field(None, ge=1)
     finetune_lr: float | None = Field(None, gt=0)
     perm: PermSection
-    pfedme: PFedMeSection | None = None  # each method's own settings, given where methods lists it
-    perfedavg: PerFedAvgSection | None = None
 
     @field_validator("threads", mode="before")
     @classmethod

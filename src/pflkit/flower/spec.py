@@ -12,7 +12,7 @@ import inspect
 import json
 from dataclasses import asdict, dataclass, field
 
-from ..checks import check_int
+from ..checks import check_int, is_real
 from ..divergence import DIVERGE_FACTOR
 from .. import algorithms
 from ..algorithms.server_opt import ServerOpt
@@ -144,11 +144,10 @@ class RunSpec:
             raise ValueError(f"batch_order must be one of {BATCH_ORDERS}, got {self.batch_order!r}")
         for name in ("seed", "rounds", "eval_every"):
             check_int(name, getattr(self, name), 0 if name == "seed" else 1)
-        if isinstance(self.timeout, bool) or not isinstance(self.timeout, (int, float)) or not self.timeout > 0:
+        if not is_real(self.timeout) or not self.timeout > 0:
             raise ValueError(f"timeout must be a number of seconds > 0, got {self.timeout!r}")
         factor = self.diverge_factor
-        if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
-                                   or not 1 < factor < float("inf")):
+        if factor is not None and (not is_real(factor) or not 1 < factor < float("inf")):
             raise ValueError(f"diverge_factor must be None (no loss-growth check) or a finite number > 1, "
                              f"got {factor!r}")
         if self.min_clients is not None:
@@ -258,7 +257,7 @@ def specs_from_run_config(config) -> list[RunSpec]:
 
     def number(key: str, kind: type):
         value = config[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value != int(value)):
+        if not is_real(value) or (kind is int and value != int(value)):
             raise ValueError(f"run config {key} must be {RUN_CONFIG[key]}, got {value!r}")
         return kind(value)
 

@@ -36,6 +36,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
+from ..checks import is_real
 from . import cnn, mlp
 
 EXTRACTIONS = ("static", "rolling", "random")
@@ -85,7 +86,7 @@ def units_for(fraction: float, size: int) -> int:
 
 
 def check_fraction(fraction) -> float:
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+    if not is_real(fraction) or not 0 < fraction <= 1:
         raise ValueError(f"width fraction must be a number in (0, 1], got {fraction!r}")
     return float(fraction)
 
