@@ -64,9 +64,9 @@ EVAL_SAMPLES = 300
 #: lists that are grids of settings: cut to their smallest and largest value
 GRID_KEYS = ("gammas", "etas", "alphas", "eta_grid", "zetas", "n_values", "L_values")
 #: a stage's memory budget: the measured baseline of a stage process plus this many times its own
-#: ``memory_estimate()`` (the Charles et al. grids and the PERM image curves count data as loaded, models,
-#: gradients, a batch's activations and the evaluation: 0.9x-1.4x of their measured peaks, tests/unit/
-#: test_canary.py; the other stages' estimates count data and models only, temporaries come on top)
+#: ``memory_estimate()`` (its ``footprint()``: the Charles et al. grids and the PERM image curves count data as
+#: loaded, models, gradients, a batch's activations and the evaluation: 0.9x-1.4x of their measured peaks,
+#: tests/unit/test_canary.py; the other stages' count data and models only, temporaries come on top)
 MEMORY_FACTOR = 3.0
 #: ... and at least this much room above the baseline: a dataset the estimate leaves out (Fashion-MNIST as float32:
 #: ~190 MiB), frames and figures, temporaries (the peaks it was set from: docs/benchmarks.md, "Notes moved out of
@@ -106,17 +106,17 @@ class Cut:
             * (self.clients_full / self.clients_run)
 
 
-#: the PERM sections a curve stage may carry (methods.PERM_VARIANTS; a null one is skipped)
-PERM_SECTIONS = ("perm", "perm_alpha", "perm_torchfed")
+def _perm_sections(values: Mapping[str, Any]) -> list[str]:
+    """The keys of a stage's PERM sections: nested sections with ``warmup_rounds`` (``config.perm_sections``'
+    rule; a null one is skipped)."""
+    return [k for k, s in values.items() if isinstance(s, Mapping) and "warmup_rounds" in s]
 
 
 def _perm_horizon(values: Mapping[str, Any]) -> int:
     """Rounds past the warm-up and the first alpha update of every PERM section of a stage (0: none)."""
     out = 0
-    for key in PERM_SECTIONS:
-        section = values.get(key)
-        if not isinstance(section, Mapping):
-            continue
+    for key in _perm_sections(values):
+        section = values[key]
         warm = section.get("warmup_rounds", 0) or 0
         every = section.get("update_every", 0)
         every = values.get("num_clients", 0) if every == "epoch" else (every if isinstance(every, int) else 0)
@@ -137,9 +137,9 @@ def _fit_to_rounds(v: dict, rounds: int, change) -> None:
     (``config.CROSS_KEY_RULES``): each PERM section's warm-up leaves a round, its alpha update falls within the
     rounds after the warm-up, the evaluation cadence within the rounds, Flower's deployment ends on an evaluated
     round. Each change is recorded like the others."""
-    for key in PERM_SECTIONS:
-        section = v.get(key)
-        if not isinstance(section, Mapping) or not isinstance(section.get("warmup_rounds"), int):
+    for key in _perm_sections(v):
+        section = v[key]
+        if not isinstance(section.get("warmup_rounds"), int):
             continue
         v[key] = section = dict(section)
         low = 1 if key == "perm_torchfed" else 0
@@ -185,8 +185,7 @@ def cut_values(stage: str, values: Mapping[str, Any], rounds: int | None = None,
             cut.settings_run *= len(v[key])
     target = rounds if rounds is not None else max(CURVE_ROUNDS, _perm_horizon(v))
     if "alpha_file" in v:  # the stage saves PERM's alpha (perm_fig4, for perm_fig5): it needs a round past the warm-up
-        target = max(target, max((v[k].get("warmup_rounds", 0) or 0 for k in PERM_SECTIONS
-                                  if isinstance(v.get(k), Mapping)), default=0) + 1)
+        target = max(target, max((v[k]["warmup_rounds"] or 0 for k in _perm_sections(v)), default=0) + 1)
     if "perm_torchfed" in (v.get("methods") or []):  # its warm-up is at least one round: one more to leave it
         target = max(target, 2)
     for key in ("rounds", "fedavg_rounds"):

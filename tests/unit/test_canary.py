@@ -178,7 +178,7 @@ def test_grid_estimate_grows_with_clients_settings_and_model(params, substitutes
     t = base.tasks["cifar100"]
     size, row, steps = network_footprint(*_model_of(t))
     assert (size, steps) == (44_550, 1)
-    two, four = (charles_nn.task_memory(t.model_copy(update={"clients_per_round": m}), 8, 8, None, 300)[0]
+    two, four = (charles_nn.task_memory(t.model_copy(update={"clients_per_round": m}), 8, 8, None, 300)[0].bytes
                  for m in (2, 4))
     per_model = charles_nn.CLIENT_COPIES * size * 4 + t.batch_size * (784 * 4 + 4 * row)
     assert four - two == 8 * 2 * per_model
@@ -205,7 +205,7 @@ def test_grid_estimate_against_measured_peaks(params, substitutes_load, stage, p
     cfg = stage_config(stage)(**values)
     t = cfg.tasks[task].model_copy(update={"clients_per_round": m})
     # every setting in one call, as measured (the paper profile's settings_chunk was 6 >= G)
-    total, _, _ = charles_nn.task_memory(t, g, g, None, t.eval_samples or cfg.eval_samples)
+    total = charles_nn.task_memory(t, g, g, None, t.eval_samples or cfg.eval_samples)[0].bytes
     assert 0.9 <= total / 2**20 / measured <= 1.4, (total / 2**20, measured)
 
 

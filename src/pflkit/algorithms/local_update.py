@@ -42,10 +42,8 @@ def _as_theta(theta) -> Theta:
 
 
 def _check_common(alpha, gamma, batch_size, clients_per_round):
-    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not alpha >= 0:
-        raise ValueError(f"alpha must be a number >= 0, got {alpha!r}")
-    if not isinstance(gamma, (int, float)) or isinstance(gamma, bool) or not gamma >= 0:
-        raise ValueError(f"gamma must be a number >= 0, got {gamma!r}")
+    check_positive("alpha", alpha, allow_zero=True)
+    check_positive("gamma", gamma, allow_zero=True)
     if batch_size is not None:
         check_positive("batch_size", batch_size, integer=True)
     if clients_per_round is not None:

@@ -20,7 +20,7 @@ from pydantic import Field, model_validator
 
 from ..algorithms.local_update import MAML, QuadraticLocalUpdate, ServerOpt, maml_theta
 from ..algorithms.server_opt import MOMENTUM_KINDS, SERVER_LABELS
-from ..config import CONDITION_MAX, NonNegatives, Positives, Seed, StageConfig, raise_problems
+from ..config import CONDITION_MAX, Footprint, NonNegatives, Positives, Seed, StageConfig, raise_problems
 from ..data.quadratic_clients import QuadraticModel, quadratic_clients
 from ..report import StageResult, environment, table_records
 from ..theory import surrogate as S
@@ -119,14 +119,13 @@ class FrontierConfig(StageConfig):
     def ks(self) -> torch.Tensor:
         return k_grid(self.k_min, self.k_max, self.num_k)
 
-    def memory_estimate(self) -> tuple[int, str]:
+    def footprint(self) -> Footprint:
         """The frontier frames: a row per K (and per gamma, Fig. 1) and setting, a few dozen float64 columns;
         the simulated figures draw a d x d matrix per K."""
-        rows = self.num_k + getattr(self, "num_gamma", 0)
-        dims = max(getattr(self, "dims", [1]))
-        frames, matrices = rows * 8 * 64, self.num_k * dims * dims * 8 * 2
-        return frames + matrices, ("num_gamma" if getattr(self, "num_gamma", 0) > self.num_k else "num_k") \
-            if frames >= matrices or dims ** 2 < self.num_k else "dims"
+        num_gamma, dims = getattr(self, "num_gamma", 0), max(getattr(self, "dims", [1]))
+        return Footprint(data=(self.num_k + num_gamma) * 8 * 64, work=self.num_k * dims * dims * 8 * 2,
+                         data_key="num_gamma" if num_gamma > self.num_k else "num_k",
+                         work_key="dims" if dims ** 2 >= self.num_k else "num_k")
 
 
 class CharlesFig1Config(FrontierConfig):
@@ -234,14 +233,15 @@ class CharlesTheoryConfig(StageConfig):
     table2_L: float = Field(gt=0)  # L of the shared-basis clients for the Table 2 contraction check
     seed: Seed
 
-    def memory_estimate(self) -> tuple[int, str]:
+    def footprint(self) -> Footprint:
         """Each client's d x d matrices (its A and one per example, float64, a few copies) and the Monte Carlo
         draws (runs x clients x d)."""
-        sizes = {"num_clients": self.num_clients, "dim": self.dim, "examples_per_client": self.examples_per_client,
-                 "monte_carlo_runs": self.monte_carlo_runs, "batch_size": self.batch_size}
-        clients = self.num_clients * self.dim ** 2 * (self.examples_per_client + 4) * 8 * 2
-        draws = self.monte_carlo_runs * self.num_clients * (self.dim * 4 + self.batch_size) * 8
-        return clients + draws, max(sizes, key=sizes.get)
+        def largest(*keys):
+            return max(keys, key=lambda k: getattr(self, k))
+        return Footprint(data=self.num_clients * self.dim ** 2 * (self.examples_per_client + 4) * 8 * 2,
+                         work=self.monte_carlo_runs * self.num_clients * (self.dim * 4 + self.batch_size) * 8,
+                         data_key=largest("num_clients", "dim", "examples_per_client"),
+                         work_key=largest("monte_carlo_runs", "num_clients", "dim", "batch_size"))
 
     @model_validator(mode="after")
     def _mu_L(self):

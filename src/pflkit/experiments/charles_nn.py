@@ -47,8 +47,8 @@ from ..checks import check_int
 from .. import cells, model_store, runner
 from ..algorithms.local_update import LocalUpdateGrid, setting_chunks
 from ..algorithms.server_opt import MOMENTUM_KINDS, SERVER_LABELS
-from ..config import (DatasetName, NonNegatives, PositiveInt, Positives, ProjectPath, Section, Seed, StageConfig,
-                      image_sources, network_footprint, one_of, raise_problems)
+from ..config import (DatasetName, Footprint, NonNegatives, PositiveInt, Positives, ProjectPath, Section, Seed,
+                      StageConfig, image_sources, model_bytes, network_footprint, one_of, raise_problems)
 from ..data import prepared
 from ..data.federated import BATCH_ORDERS, FederatedDataset, data_digest
 from ..data.hlda import hierarchical_lda
@@ -360,11 +360,11 @@ TEXT_SEQUENCES, TEXT_ROLES, TEXT_BYTES_PER_SEQUENCE = 71_617, 1_154, 2_640
 
 
 def task_memory(t: TaskSection, settings: int, alpha_group: int, chunk: int | None,
-                eval_samples: int) -> tuple[int, int, str]:
-    """(bytes of the run's working set, bytes of its final models, the part that drives it: data | server |
-    client) of run_grid on task ``t``: ``settings`` = G settings, at most ``alpha_group`` of them per
-    client_update call (one call per distinct alpha), ``chunk`` = settings_chunk. Counted for the dataset (or
-    substitute) that needs more, of those that may load here (``config.image_sources``):
+                eval_samples: int) -> tuple[Footprint, int]:
+    """(the run's working set, bytes of its final models) of run_grid on task ``t``: ``settings`` = G settings,
+    at most ``alpha_group`` of them per client_update call (one call per distinct alpha), ``chunk`` =
+    settings_chunk. Counted for the dataset (or substitute) that needs more, of those that may load here
+    (``config.image_sources``):
 
     * data: the images as loaded (``LOADED_PIXEL_BYTES`` per pixel of train + test; cifar100 adds its
       standardised float32 copy) and the federation built from them (its pool, or num_clients x
@@ -392,20 +392,22 @@ def task_memory(t: TaskSection, settings: int, alpha_group: int, chunk: int | No
                                                                              HLDA_DEFAULTS["samples_per_client"]))
             loaded = samples * pixels * (LOADED_PIXEL_BYTES + (4 if t.dataset == "cifar100" else 0))
             sources.append((shape, classes, pixels * 4, loaded + pool * (pixels * 4 + 8)))
-    best = (-1, 0, "")
+    best, finals = Footprint(), 0
     c, m, b = min(chunk or alpha_group, alpha_group), t.clients_per_round, t.batch_size
+    data_key = "num_clients" if t.dataset == "shakespeare" or (t.partition or {}).get("scheme") == "hlda" \
+        else "pool_size"
     for shape, classes, row_in, data in sources:
         factory, _ = task_model(t, shape, classes)
         params, row, steps = network_footprint(factory, shape)
-        model = params * 4
-        client = c * m * (CLIENT_COPIES * model + b * (row_in + max(ROW_BYTES_FACTOR, steps) * row))
+        client = c * m * (model_bytes(params, 1, CLIENT_COPIES) + b * (row_in + max(ROW_BYTES_FACTOR, steps) * row))
         evaluation = min(chunk or settings, settings) * min(EVAL_CHUNK, eval_samples) * (row_in + row)
-        work = max(SERVER_COPIES * settings * model + max(client, evaluation), STEP_COPIES * settings * model)
-        part = "data" if data > work else ("client" if max(client, evaluation) > SERVER_COPIES * settings * model
-                                           else "server")
-        if data + work > best[0]:
-            best = (data + work, settings * model, part)
-    return best
+        server, step = (model_bytes(params, settings, k) for k in (SERVER_COPIES, STEP_COPIES))
+        call = max(client, evaluation)
+        models, work = (step, 0) if step > server + call else (server, call)
+        fp = Footprint(data=data, models=models, work=work, data_key=data_key, work_key="clients_per_round")
+        if fp > best or not best.bytes:
+            best, finals = fp, model_bytes(params, settings)
+    return best, finals
 
 
 # ------------------------------------------------------------------------------- configs
@@ -432,35 +434,28 @@ class NNConfig(StageConfig):
         """(settings G of the grid, the most settings sharing one alpha: run_grid's largest client_update group)."""
         return len(self.gammas), len(self.gammas)
 
-    def memory_estimate(self) -> tuple[int, str]:
+    def footprint(self) -> Footprint:
         """The tasks run one after the other: the largest task's working set (``task_memory``: data as loaded
         and federated, SERVER_COPIES x G server models, the larger of a client_update call of chunk x M models
         with their B-example activations and an evaluation call) plus every task's G final models (kept until
-        the stage saves them). The key: ``settings_chunk`` when the client call is the largest part (the
-        task's ``clients_per_round`` once a call holds one setting), the grid's longest list when the server
-        state is, the task's ``pool_size`` (text, hlda: ``num_clients``) when the data is.
+        the stage saves them). The keys: ``settings_chunk`` for the client call (the task's
+        ``clients_per_round`` once a call holds one setting), the grid's longest list for the server state, the
+        task's ``pool_size`` (text, hlda: ``num_clients``) for the data.
 
         Checked against measured peaks (``ru_maxrss`` above the same process before it built the task; one
         task and one round per process, on the default profile and the paper profile's canary cut, and the
         paper canary's whole stages above its baseline process): tests/unit/test_canary.py ``MEASURED`` holds
         them, and the estimate is within 0.9x-1.4x of each."""
         settings, group = self.grid()
-        worst, finals, key = 0, 0, ""
+        worst, finals = Footprint(), 0
         for name, t in self.tasks.items():
-            total, final, part = task_memory(t, settings, group, self.settings_chunk,
-                                             t.eval_samples or self.eval_samples)
+            fp, final = task_memory(t, settings, group, self.settings_chunk, t.eval_samples or self.eval_samples)
             finals += final
-            if total > worst:
-                worst = total
-                if part == "client":  # settings_chunk: the knob that leaves the experiment as it is
-                    key = "settings_chunk" if min(self.settings_chunk or group, group) > 1 \
-                        else f"tasks.{name}.clients_per_round"
-                elif part == "server":
-                    key = max(self.grid_keys, key=lambda k: len(getattr(self, k)))
-                else:
-                    key = f"tasks.{name}." + ("num_clients" if t.dataset == "shakespeare" or
-                                               (t.partition or {}).get("scheme") == "hlda" else "pool_size")
-        return worst + finals, key
+            if fp > worst:  # settings_chunk: the knob that leaves the experiment as it is
+                worst = replace(fp, data_key=f"tasks.{name}.{fp.data_key}", work_key="settings_chunk"
+                                if min(self.settings_chunk or group, group) > 1 else f"tasks.{name}.clients_per_round")
+        grid_key = max(self.grid_keys, key=lambda k: len(getattr(self, k)))
+        return replace(worst, models_key=grid_key) + Footprint(models=finals, models_key=grid_key)
 
 
 class CharlesFig12Config(NNConfig):
@@ -643,7 +638,8 @@ def _run_tasks(cfg: NNConfig, settings: list[Setting]) -> TaskRuns:
 
     def memory(pack):
         t = cfg.tasks[pack[0].group]
-        return sum(task_memory(t, len(pack), len(pack), cfg.settings_chunk, t.eval_samples or cfg.eval_samples)[:2])
+        work, finals = task_memory(t, len(pack), len(pack), cfg.settings_chunk, t.eval_samples or cfg.eval_samples)
+        return work.bytes + finals
 
     # unless $PFLKIT_PACK says otherwise: a Ray task computes the settings one call of the stage holds
     # (settings_chunk: what fits one device; 1 without it), the local executor a task's cells in one call

@@ -19,7 +19,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from .. import seeds
 from ..algorithms.collaborative import BC, WGA, Alone, CollaborativeRun, run, tune_step_size
-from ..config import PositiveInt, Scale, Positives, Section, Seed, StageConfig, raise_problems
+from ..config import Footprint, PositiveInt, Scale, Positives, Section, Seed, StageConfig, raise_problems
 from ..data.quadratic_users import NoisyQuadraticUsers
 from ..device import resolve_device
 from ..progress import note
@@ -45,16 +45,16 @@ class QuadraticConfig(StageConfig):
     def collaborator_counts(self) -> list[int]:
         return [self.n_collaborators, *getattr(self, "n_values", [])]
 
-    def memory_estimate(self) -> tuple[int, str]:
+    def footprint(self) -> Footprint:
         """Every run's draw for every user at once (float64, a few copies: draws, iterates, gradients) and the
         recorded curves (runs x steps / record_every)."""
         n = max(self.collaborator_counts())
         runs_key = "tuning_runs" if getattr(self, "tuning_runs", 0) > self.runs else "runs"
         runs = getattr(self, runs_key)
-        draws = runs * (n + 1) * 8 * 4
-        curves = runs * (self.steps // self.record_every + 1) * 8 * 4
-        key = ("n_values" if n > self.n_collaborators else "n_collaborators") if n + 1 > runs else runs_key
-        return draws + curves, key if draws >= curves else ("steps" if self.steps > runs else runs_key)
+        return Footprint(data=runs * (self.steps // self.record_every + 1) * 8 * 4, work=runs * (n + 1) * 8 * 4,
+                         data_key="steps" if self.steps > runs else runs_key,
+                         work_key=("n_values" if n > self.n_collaborators else "n_collaborators") if n + 1 > runs
+                         else runs_key)
 
 
 class ChaytiFig1Config(StageConfig):
@@ -72,19 +72,16 @@ class ChaytiFig1Config(StageConfig):
     sigma: Scale = Field(gt=0)
     seed: Seed
 
-    def memory_estimate(self) -> tuple[int, str]:
+    def footprint(self) -> Footprint:
         """The heat map (grid_points^2, a few float64 copies), the checks' draws (runs x largest N) and their loss
         curves, recorded every step of burn-in and tail (runs x (check_burn_in + check_steps + 1))."""
-        grid = self.grid_points ** 2 * 8 * 8
         steps = self.check_burn_in + self.check_steps + 1
-        draws, curves = self.check_runs * (max(self.check_n) + 1) * 8 * 4, self.check_runs * steps * 8
-        check = draws + curves
-        if grid >= check:
-            return grid + check, "grid_points"
-        if curves > draws:
-            return grid + check, ("check_burn_in" if self.check_burn_in > self.check_steps else "check_steps") \
-                if steps > self.check_runs else "check_runs"
-        return grid + check, "check_n" if max(self.check_n) > self.check_runs else "check_runs"
+        draws = Footprint(work=self.check_runs * (max(self.check_n) + 1) * 8 * 4,
+                          work_key="check_n" if max(self.check_n) > self.check_runs else "check_runs")
+        curves = Footprint(work=self.check_runs * steps * 8, work_key=(
+            "check_burn_in" if self.check_burn_in > self.check_steps else "check_steps")
+            if steps > self.check_runs else "check_runs")
+        return Footprint(data=self.grid_points ** 2 * 8 * 8, data_key="grid_points") + draws + curves
 
     @model_validator(mode="after")
     def _tau_range(self):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import io as _io
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from types import SimpleNamespace
 from typing import Callable, ClassVar
@@ -24,8 +24,8 @@ from .. import model_store
 from ..algorithms import FedAvg
 from ..algorithms.perm import mixing_weights
 from ..checks import short_repr
-from ..config import (PositiveInt, Section, Seed, Seeds, StageConfig, federated_memory, image_features, image_sources,
-                      names_from, network_footprint, one_of, raise_problems)
+from ..config import (Footprint, PositiveInt, Section, Seed, Seeds, StageConfig, federated_memory, image_features,
+                      image_sources, model_bytes, names_from, network_footprint, one_of, raise_problems)
 from ..data import prepared
 from ..data.federated import FederatedDataset
 from ..data.vision import federate, image_partition_problems
@@ -61,22 +61,20 @@ class SyntheticData:
         """The federation of ``seed``, from this stage's prepared folder when it holds it."""
         return prepared.perm_synthetic(**self.synthetic_request(seed), folder=prepared.synthetic_folder(self.stage))
 
-    def memory_estimate(self) -> tuple[int, str]:
-        """One seed's federation generated in float64 and kept in float32 (N x n x (d + 1) values each), an
-        N x N float32 matrix (PERM's alpha, the pairwise weights), and a round's working set
+    def footprint(self) -> Footprint:
+        """One seed's federation generated in float64 and kept in float32 (N x n x (d + 1) values each) and an
+        N x N float32 matrix (PERM's alpha, the pairwise weights), as data; a round's working set
         (``config.federated_memory``: K minibatches per client, N logistic models; or PERM's sampled gradient pass,
         M = ``perm.alpha_samples`` rows of every client, when that is larger)."""
         sizes = {"num_clients": self.num_clients, "samples_per_client": self.samples_per_client, "dim": self.dim}
-        data = self.num_clients * self.samples_per_client * (self.dim + 1) * (8 + 4)
-        run, run_key = federated_memory(self.num_clients, getattr(self, "local_steps", 1),
-                                        getattr(self, "batch_size", 1), self.dim + 1, classes=2)
+        data = self.num_clients * self.samples_per_client * (self.dim + 1) * (8 + 4) + 4 * self.num_clients ** 2
+        run = federated_memory(self.num_clients, getattr(self, "local_steps", 1), getattr(self, "batch_size", 1),
+                               self.dim + 1, classes=2)
         samples, samples_key = self.alpha_sampling() if hasattr(self, "alpha_sampling") else (0, "")
         if samples:  # PERM's sampled gradient pass: M rows of every client gathered at once, between rounds
-            alpha, _ = federated_memory(self.num_clients, 1, samples, self.dim + 1, classes=2)
-            if alpha > run:
-                run, run_key = alpha, samples_key
-        key = max(sizes, key=sizes.get) if data > run else run_key
-        return data + 4 * self.num_clients ** 2 + run, key
+            run = max(run, replace(federated_memory(self.num_clients, 1, samples, self.dim + 1, classes=2),
+                                   work_key=samples_key))
+        return run + Footprint(data=data, data_key=max(sizes, key=sizes.get))
 
 
 class PermFig1Config(SyntheticData, RunConfig):
@@ -191,7 +189,7 @@ class PermFig6Config(StageConfig):
     lam: float = Field(gt=0)
     seed: Seed
 
-    def memory_estimate(self) -> tuple[int, str]:
+    def footprint(self) -> Footprint:
         return federated_memory(self.num_clients, self.local_steps, self.batch_size, image_features(self.dataset.name),
                                 tuple(self.hidden))
 
@@ -402,7 +400,7 @@ class ImageCurvesConfig(RunConfig):
     #: G > 1: clients in G groups, group g's labels shifted by g (FederatedDataset.with_label_groups)
     label_groups: PositiveInt
 
-    def memory_estimate(self) -> tuple[int, str]:
+    def footprint(self) -> Footprint:
         """For the dataset or its substitute, whichever counts more of those that may load (``config.image_sources``):
         the data as loaded (float32 train + test) and its federation (``pool_size`` samples, or all); a round's
         working set (``config.federated_memory`` with the model's parameter count from
@@ -417,27 +415,23 @@ class ImageCurvesConfig(RunConfig):
         profile canary cut (N = 10, K = 20, CNN 32/64/512, all 70,000 substitute images) peaked 1,080 MiB
         above it; this says 1,448 MiB when the substitute loads, 2,684 MiB where CIFAR-10 may download
         (tests/unit/test_canary.py)."""
-        best = (0, "")
+        best = Footprint()
         ds = self.dataset
         for shape, classes, samples in image_sources(ds.name, ds.substitute, ds.root, ds.allow_download):
             features = math.prod(shape)
             params, row, _ = network_footprint(self.model.factory(shape, classes), shape)
             pool = min(self.pool_size or samples, samples)
-            data = (samples + pool) * (features * 4 + 8)
-            run, run_key = federated_memory(self.num_clients, self.local_steps, self.batch_size, features,
-                                            params=params)
-            batch = self.num_clients * self.batch_size * ROW_BYTES_FACTOR * row
-            samples, samples_key = self.alpha_sampling()
-            if samples:  # PERM's sampled gradient pass (between rounds): M rows of every client through the model
-                alpha, _ = federated_memory(self.num_clients, 1, samples, features, params=params)
-                alpha_batch = self.num_clients * samples * ROW_BYTES_FACTOR * row
-                if alpha + alpha_batch > run + batch:
-                    run, batch, run_key = alpha, alpha_batch, samples_key
-            states = len(self.methods) * len(self.seeds) * self.num_clients * params * 4
-            parts = {"pool_size": data, run_key: run + batch + FULL_BATCH_BYTES, "methods": states}
-            total = sum(parts.values())
-            if total > best[0]:
-                best = (total, max(parts, key=parts.get))
+            run = federated_memory(self.num_clients, self.local_steps, self.batch_size, features, params=params)
+            run += Footprint(work=self.num_clients * self.batch_size * ROW_BYTES_FACTOR * row,
+                             work_key="batch_size" if self.batch_size > self.num_clients else "num_clients")
+            m, m_key = self.alpha_sampling()
+            if m:  # PERM's sampled gradient pass (between rounds): M rows of every client through the model
+                alpha = federated_memory(self.num_clients, 1, m, features, params=params)
+                run = max(run, replace(alpha + Footprint(work=self.num_clients * m * ROW_BYTES_FACTOR * row),
+                                       work_key=m_key))
+            states = model_bytes(params, len(self.methods) * len(self.seeds) * self.num_clients)
+            best = max(best, run + Footprint(data=(samples + pool) * (features * 4 + 8), models=states,
+                                             work=FULL_BATCH_BYTES, data_key="pool_size", models_key="methods"))
         return best
 
     @model_validator(mode="after")
@@ -658,7 +652,7 @@ class PermFig3Config(MethodSettings):
         raise_problems(missing_lrs(self.lr, self.methods) + curves.missing_settings(self))
         return self
 
-    def memory_estimate(self) -> tuple[int, str]:
+    def footprint(self) -> Footprint:
         """The synthetic workload's federation (N x 500 x 61 values, float64 and float32), MNIST as loaded and
         federated (float32 train + test, twice; ``config.image_sources``), a round of the largest workload
         (``federated_memory``; the MNIST MLP's 784 -> 200 -> 200 -> 10) and one full-batch pass (PERM's alpha
@@ -670,9 +664,10 @@ class PermFig3Config(MethodSettings):
             ds = self.dataset
             data += sum(2 * samples * (math.prod(shape) * 4 + 8)
                         for shape, _, samples in image_sources(ds.name, ds.substitute, ds.root, ds.allow_download))
-        run, key = federated_memory(self.num_clients, self.local_steps, self.batch_size, features, hidden)
-        return data + run + FULL_BATCH_BYTES, key
-
+        run = federated_memory(self.num_clients, self.local_steps, self.batch_size, features, hidden)
+        data_key = "workloads" if "mnist-mlp" in self.workloads else "samples_per_client"
+        return replace(run, models_key="num_clients") + Footprint(  # its networks are fixed: no 'hidden' key
+            data=data, work=FULL_BATCH_BYTES, data_key=data_key)
 
 
 def fig3(cfg: PermFig3Config) -> StageResult:

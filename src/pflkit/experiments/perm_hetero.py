@@ -28,8 +28,8 @@ from pydantic import Field, field_validator, model_validator
 
 from .. import model_store
 from ..algorithms.perm_hetero import DISCREPANCIES
-from ..config import (PositiveInt, Section, Seed, Seeds, StageConfig, federated_memory, image_features, names_from,
-                      one_of, raise_problems)
+from ..config import (Footprint, PositiveInt, Section, Seed, Seeds, StageConfig, federated_memory, image_features,
+                      names_from, one_of, raise_problems)
 from ..data.vision import image_partition_problems
 from ..engine import FunctionalModel, resolve_device
 from ..eval import evaluate, majority_baseline
@@ -78,7 +78,7 @@ class PermHeteroConfig(StageConfig):
     perm: PermHeteroSection
     claim: ClaimSection
 
-    def memory_estimate(self) -> tuple[int, str]:
+    def footprint(self) -> Footprint:
         return federated_memory(self.num_clients, self.local_steps, self.batch_size, image_features(self.dataset.name),
                                 tuple(self.hidden))
 

@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..checks import is_number
+
 if TYPE_CHECKING:  # pandas loads only where a table is built (a ClientApp process imports none)
     import pandas as pd
 
@@ -140,10 +142,9 @@ def _one_minus_pow(s: Tensor, n: Tensor) -> Tensor:
 
 
 def _check_step(alpha: float, gamma: float):
-    if not (isinstance(alpha, (int, float)) and alpha >= 0 and math.isfinite(alpha)):
-        raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}")
-    if not (isinstance(gamma, (int, float)) and gamma >= 0 and math.isfinite(gamma)):
-        raise ValueError(f"gamma must be a finite number >= 0, got {gamma!r}")
+    for name, value in (("alpha", alpha), ("gamma", gamma)):
+        if not (is_number(value) and value >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
 
 
 # --------------------------------------------------------------------------- matrices (eqs. 6-8)
